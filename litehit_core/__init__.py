@@ -1,0 +1,64 @@
+"""litehit_core: exact, capacity-independent prefix hit rates for an LRU of every capacity.
+
+Pure Python; no gRPC, Prometheus or I/O framework imports. Units are blocks and tokens;
+bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
+"""
+
+from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
+from litehit_core.facts import (
+    FACTS_FILENAME,
+    FACTS_HEADER,
+    FactRow,
+    FactsFormatError,
+    FactsWriter,
+    format_fact_row,
+    format_hit_curve,
+    read_facts,
+)
+from litehit_core.lite_hit import LiteHit
+from litehit_core.model import HitCurveSegment, InvalidRequestError, NormalizedRequest, RequestFact
+from litehit_core.normalize import normalize_request
+from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
+from litehit_core.projector import (
+    bytes_to_blocks,
+    capacity_gb_to_blocks,
+    capacity_gb_to_bytes,
+    project_blocks,
+    project_bytes,
+    project_curve,
+    project_curve_infinite,
+    project_infinite,
+    project_matrix,
+)
+from litehit_core.query import query_facts
+
+__all__ = [
+    "FACTS_FILENAME",
+    "FACTS_HEADER",
+    "CurvePoint",
+    "FactRow",
+    "FactsFormatError",
+    "FactsWriter",
+    "HitCurveAccumulator",
+    "format_fact_row",
+    "format_hit_curve",
+    "project_matrix",
+    "query_facts",
+    "read_facts",
+    "HitCurveSegment",
+    "InvalidRequestError",
+    "LiteHit",
+    "NormalizedRequest",
+    "RequestFact",
+    "apply_prefix_hash",
+    "bytes_to_blocks",
+    "capacity_gb_to_blocks",
+    "capacity_gb_to_bytes",
+    "normalize_request",
+    "prefix_hash_next",
+    "project_blocks",
+    "project_bytes",
+    "project_curve",
+    "project_curve_infinite",
+    "project_infinite",
+]

@@ -1,0 +1,199 @@
+"""The facts ledger: one CSV row per request, self-describing and re-projectable.
+
+Format (header exactly :data:`FACTS_HEADER`)::
+
+    trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve
+    7,gpu-0,1000,13,4,1024,"[[1,2],[4,1]]"
+
+``hit_curve`` is always quoted compact JSON ``[[start,run],...]`` (no spaces); the string
+fields are quoted per CSV rules only when needed. A row carries everything needed to
+project it at any capacity: blocks come from the curve, bytes via ``block_bytes``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO, NamedTuple
+
+from litehit_core.model import HitCurveSegment, InvalidRequestError
+
+FACTS_HEADER = (
+    "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
+)
+FACTS_FILENAME = "litehit_facts.csv"
+_new = tuple.__new__
+
+
+class FactRow(NamedTuple):
+    """One request of the ledger. Units: tokens, blocks (curve), bytes (block_bytes)."""
+
+    trace_id: str
+    instance_id: str
+    timestamp_ns: int
+    input_token_len: int
+    block_size_tokens: int
+    block_bytes: int
+    hit_curve: tuple[HitCurveSegment, ...]
+
+
+class FactsFormatError(InvalidRequestError):
+    """A malformed ledger row; the message is ``path:line: reason``."""
+
+    def __init__(self, path: str, line_no: int, reason: str) -> None:
+        super().__init__(f"{path}:{line_no}: {reason}")
+        self.path = path
+        self.line_no = line_no
+        self.reason = reason
+
+
+def format_hit_curve(hit_curve: Iterable[tuple[int, int]]) -> str:
+    """Compact JSON of a curve: ``[[s,r],[s,r]]``. O(segments)."""
+    return "[" + ",".join(f"[{s},{r}]" for s, r in hit_curve) + "]"
+
+
+def _csv_field(text: str) -> str:
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def format_fact_row(row: FactRow) -> str:
+    """One ledger line including the trailing newline. O(segments)."""
+    return (
+        f"{_csv_field(row.trace_id)},{_csv_field(row.instance_id)},{row.timestamp_ns},"
+        f"{row.input_token_len},{row.block_size_tokens},{row.block_bytes},"
+        f'"{format_hit_curve(row.hit_curve)}"\n'
+    )
+
+
+class FactsWriter:
+    """Write a ledger atomically: ``<path>.tmp`` first, renamed onto ``path`` on success.
+
+    Use as a context manager; an exception inside the block (or :meth:`abort`) deletes the
+    temporary file and leaves any previous ``path`` untouched. Each write is O(segments).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.tmp_path = self.path.with_name(self.path.name + ".tmp")
+        self.rows_written = 0
+        self._fh: IO[str] | None = None
+
+    def __enter__(self) -> FactsWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
+        self._fh.write(FACTS_HEADER + "\n")
+        return self
+
+    def write(self, row: FactRow) -> None:
+        """Append one row. O(segments)."""
+        assert self._fh is not None, "FactsWriter used outside its with-block"
+        self._fh.write(format_fact_row(row))
+        self.rows_written += 1
+
+    def write_lines(self, lines: Iterable[str]) -> None:
+        """Append already formatted rows (see :func:`format_fact_row`). O(total length)."""
+        assert self._fh is not None, "FactsWriter used outside its with-block"
+        n = 0
+        for line in lines:
+            self._fh.write(line)
+            n += 1
+        self.rows_written += n
+
+    def abort(self) -> None:
+        """Discard everything written; ``path`` is not touched."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        self.tmp_path.unlink(missing_ok=True)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._fh is None:
+            return
+        if exc_type is not None:
+            self.abort()
+            return
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            self._fh = None
+            os.replace(self.tmp_path, self.path)
+        except BaseException:
+            self.abort()
+            raise
+
+
+def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
+    """Parse and validate compact curve JSON. Raises ValueError with the reason. O(len)."""
+    if text == "[]":
+        return ()
+    if not (text.startswith("[[") and text.endswith("]]")):
+        raise ValueError(f"hit_curve must look like [[start,run],...], got {text!r}")
+    out = []
+    last_end = 0
+    for part in text[2:-2].split("],["):
+        pair = part.split(",")
+        if len(pair) != 2:
+            raise ValueError(f"hit_curve segment must be [start,run], got [{part}]")
+        start, run = int(pair[0]), int(pair[1])
+        if run < 1:
+            raise ValueError(f"hit_curve run_length must be >= 1, got {run}")
+        if start <= last_end:
+            raise ValueError(
+                f"hit_curve thresholds must increase: start {start} after threshold {last_end}"
+            )
+        out.append(_new(HitCurveSegment, (start, run)))
+        last_end = start + run - 1
+    return tuple(out)
+
+
+def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
+    """Stream the rows of a ledger, validating each one. O(1) memory per row.
+
+    Raises :class:`FactsFormatError` (``path:line: reason``) on the first malformed row
+    or a wrong header.
+    """
+    name = os.fspath(path)
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or ",".join(header) != FACTS_HEADER:
+            raise FactsFormatError(
+                name, 1, f"header must be {FACTS_HEADER!r}, got {','.join(header or [])!r}"
+            )
+        for rec in reader:
+            line_no = reader.line_num
+            if not rec:
+                continue
+            if len(rec) != 7:
+                raise FactsFormatError(name, line_no, f"expected 7 fields, got {len(rec)}")
+            try:
+                ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
+                curve = parse_hit_curve(rec[6])
+            except ValueError as exc:
+                raise FactsFormatError(name, line_no, str(exc)) from None
+            if tokens < 0:
+                raise FactsFormatError(name, line_no, f"input_token_len must be >= 0, got {tokens}")
+            if bs <= 0:
+                raise FactsFormatError(name, line_no, f"block_size_tokens must be > 0, got {bs}")
+            if bb <= 0:
+                raise FactsFormatError(name, line_no, f"block_bytes must be > 0, got {bb}")
+            hit_blocks = sum(r for _, r in curve)
+            if hit_blocks * bs > tokens:
+                raise FactsFormatError(
+                    name,
+                    line_no,
+                    f"hit_curve covers {hit_blocks} blocks of {bs} tokens but input_token_len "
+                    f"is {tokens}",
+                )
+            yield _new(FactRow, (rec[0], rec[1], ts, tokens, bs, bb, curve))

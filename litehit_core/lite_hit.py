@@ -1,0 +1,378 @@
+"""The capacity-independent LRU hit engine.
+
+One :class:`LiteHit` replays block keys once and, per request, returns a
+:class:`~litehit_core.model.RequestFact` that answers "how many head blocks hit?" for an
+LRU of *every* capacity at once. It never sees a capacity.
+
+How it works (LRU stack inclusion). Every touch of a block gets a fresh *position* from
+an ever-increasing counter; ``_pos[key]`` is the block's latest position (its *live
+marker*); older positions of re-touched blocks are *dead*. A block whose marker is at
+``p`` sits at depth ``d = #live markers >= p`` (1 = most recent) and is resident in an
+LRU of capacity ``C`` exactly when ``d <= C``. Depths are read on the state *before* the
+request (snapshot); the request is then submitted tail first so its head ends most recent.
+
+Speed comes from runs: blocks of one chain are submitted together and so hold
+consecutive positions. Inside such a run depths grow by exactly one per block, so a rank
+query is needed only at a run break, and dead-marking is done per run. Ranks use
+``depth(p) = (t - p) - dead_in[p, t)``: new markers are appended live at the end and
+cost nothing; dead markers are kept as per-bucket bit masks (``_W`` positions a bucket)
+with dead counts per bucket and per super-bucket (``_SW`` buckets), so ``dead_in[p, t)``
+is one popcount plus two C-speed suffix sums of bounded length. (A Fenwick tree over
+buckets was measured slower: its log-depth loops run in the interpreter.) A request
+costs O(n) C-speed dict and list work plus O(runs) Python operations.
+
+Compaction renumbers live markers 0..L-1 when stale positions exceed twice the live ones
+plus a slack, so U stays O(live blocks). Without TTL no key is ever dropped: any larger
+capacity may still hit it.
+
+TTL (``ttl_ns > 0``): a block survives while ``now - last_access < ttl``. Access times are
+non-decreasing along positions (``now`` is clamped monotone), so expiry is one boundary
+position: markers below it are expired (a miss at every capacity, truncating the prefix
+like a cold block) and never inflate the depth of survivors. One replay is exact for
+"this TTL x every capacity". Expired keys are physically dropped at compaction.
+"""
+
+from __future__ import annotations
+
+import sys
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import groupby
+from operator import add
+
+from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+
+_SHIFT = 12  # bucket = 4096 positions (one Python int bit mask each); chosen by measurement
+_W = 1 << _SHIFT
+_LOW = _W - 1
+_SSHIFT = 3  # super-bucket = 8 buckets; chosen by measurement
+_SW = 1 << _SSHIFT
+_SLACK = 1 << 14  # positions of slack before compaction / growth
+_EMPTY: tuple[HitCurveSegment, ...] = ()
+_new_segment = tuple.__new__
+
+
+class LiteHit:
+    """Exact prefix-hit engine for an LRU of every capacity (capacity-independent).
+
+    ``ttl_ns`` of 0 disables expiry. Memory is O(unique live blocks); see
+    :meth:`memory_usage_bytes`.
+    """
+
+    __slots__ = (
+        "_ttl",
+        "_pos",
+        "_next",
+        "_cap",
+        "_dead",
+        "_mask",
+        "_bcnt",
+        "_scnt",
+        "_nb",
+        "_ep_pos",
+        "_ep_time",
+        "_pexp",
+        "_dead_below",
+        "_now",
+        "expired_blocks",
+    )
+
+    def __init__(self, ttl_ns: int = 0) -> None:
+        if ttl_ns < 0:
+            raise InvalidRequestError(f"ttl_ns must not be negative, got {ttl_ns}")
+        self._ttl = int(ttl_ns)
+        self.expired_blocks = 0
+        """Cumulative count of blocks whose TTL lapsed while they were resident."""
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> None:
+        """Forget every block and counter (a cold cache). O(1) amortised."""
+        self._pos: dict[int, int] = {}
+        self._next = 0
+        self._dead = 0
+        self._pexp = 0
+        self._dead_below = 0
+        self._ep_pos: list[int] = []
+        self._ep_time: list[int] = []
+        self._now = -(1 << 63)
+        self.expired_blocks = 0
+        self._alloc(_SLACK)
+
+    def _alloc(self, capacity: int, keep: bool = False) -> None:
+        """Size the bucket arrays for ``capacity`` positions; ``keep`` extends in place."""
+        nb = ((capacity >> (_SHIFT + _SSHIFT)) + 1) << _SSHIFT
+        if keep:
+            extra = nb - self._nb
+            self._mask.extend([0] * extra)
+            self._bcnt.extend([0] * extra)
+            self._scnt.extend([0] * (extra >> _SSHIFT))
+        else:
+            self._mask = [0] * nb
+            self._bcnt = [0] * nb
+            self._scnt = [0] * (nb >> _SSHIFT)
+        self._nb = nb
+        self._cap = nb << _SHIFT
+
+    def current_unique_blocks(self) -> int:
+        """Distinct blocks currently resident in an unbounded LRU (TTL-expired excluded). O(1)."""
+        return self._next - self._pexp - (self._dead - self._dead_below)
+
+    def memory_usage_bytes(self) -> int:
+        """Estimated bytes held by this engine. O(unique blocks).
+
+        Counts the key -> position dict (``sys.getsizeof``) plus every key and position int
+        object it keeps alive, the bucket masks, the Fenwick tree and the TTL epoch lists.
+        Small ints shared by the interpreter are counted too, so this is an upper estimate.
+        """
+        getsizeof = sys.getsizeof
+        pos = self._pos
+        total = getsizeof(pos) + sum(map(getsizeof, pos)) + sum(map(getsizeof, pos.values()))
+        total += getsizeof(self._mask) + sum(map(getsizeof, self._mask))
+        total += getsizeof(self._bcnt) + sum(map(getsizeof, self._bcnt))
+        total += getsizeof(self._scnt) + sum(map(getsizeof, self._scnt))
+        total += getsizeof(self._ep_pos) + getsizeof(self._ep_time)
+        total += 28 * 2 * len(self._ep_pos)
+        return total
+
+    # --------------------------------------------------------------- the work
+    def process_request(self, block_keys: Sequence[int], now_ns: int = 0) -> RequestFact:
+        """Replay one request (keys head -> tail) and return its capacity-independent fact.
+
+        Depths are read on the state before the request; then every block is touched,
+        tail first. Duplicate keys are dropped after their first occurrence. ``now_ns`` only
+        matters with a TTL and is clamped to be non-decreasing.
+        Cost: O(n) C-speed dict/list work + O(runs * log U) Python operations.
+        """
+        keys = block_keys if type(block_keys) is list else list(block_keys)
+        n = len(keys)
+        if len(set(keys)) != n:
+            keys = list(dict.fromkeys(keys))
+            n = len(keys)
+        if self._ttl:
+            if now_ns < self._now:
+                now_ns = self._now
+            self._now = now_ns
+            self._advance_expiry(now_ns)
+        if self._next + n > self._cap:
+            self._grow(n)
+        if not n:
+            return RequestFact(_EMPTY, 0)
+
+        pos = self._pos
+        olds = list(map(pos.get, keys))
+        t = self._next
+        pexp = self._pexp
+        mask = self._mask
+        bcnt = self._bcnt
+        scnt = self._scnt
+
+        # Cached prefix length m: up to the first cold (or expired) block.
+        try:
+            m = olds.index(None)
+        except ValueError:
+            m = n
+        if pexp and m:
+            j = 0
+            while j < m:
+                if olds[j] < pexp:
+                    m = j
+                    break
+                j += 1
+
+        segments: list[HitCurveSegment] = []
+        dead_add = 0
+        if m:
+            # Fast paths for the shapes real traffic has: the whole cached prefix is one
+            # run, or a shared head block (system prompt) followed by one run.
+            first = olds[0]
+            second = olds[1] if m > 1 else 0
+            if olds[m - 1] == first - m + 1 and (
+                m < 3 or olds[:m] == list(range(first, first - m, -1))
+            ):
+                runs = ((0, m),)
+            elif olds[m - 1] == second - m + 2 and (
+                m < 4 or olds[1:m] == list(range(second, second - m + 1, -1))
+            ):
+                runs = ((0, 1), (1, m - 1))
+            else:
+                runs = _split_runs(olds, m)
+            last_end = 0  # last encoded threshold
+            for j0, length in runs:
+                p = olds[j0]
+                # depth(p) = (t - p) - dead_in[p, t)
+                b = p >> _SHIFT
+                sb = b >> _SSHIFT
+                start = (
+                    (t - p)
+                    - (mask[b] >> (p & _LOW)).bit_count()
+                    - sum(bcnt[b + 1 : (sb + 1) << _SSHIFT])
+                    - sum(scnt[sb + 1 :])
+                )
+                if start <= last_end:
+                    start = last_end + 1  # monotone defence: never optimistic
+                if segments and segments[-1][0] + segments[-1][1] == start:
+                    prev = segments[-1]
+                    segments[-1] = _new_segment(HitCurveSegment, (prev[0], prev[1] + length))
+                else:
+                    segments.append(_new_segment(HitCurveSegment, (start, length)))
+                last_end = start + length - 1
+            # Only now (ranks were read on the snapshot) the runs' old markers die.
+            for j0, length in runs:
+                p = olds[j0]
+                lo = p - length + 1
+                while lo <= p:
+                    b = lo >> _SHIFT
+                    end = (b << _SHIFT) | _LOW
+                    if end > p:
+                        end = p
+                    cnt = end - lo + 1
+                    mask[b] |= ((1 << cnt) - 1) << (lo & _LOW)
+                    bcnt[b] += cnt
+                    scnt[b >> _SSHIFT] += cnt
+                    lo = end + 1
+            dead_add = m
+        if m < n and olds.count(None) != n - m:
+            dead_add += self._kill_scattered(olds, m, pexp)
+        dead = self._dead = self._dead + dead_add
+        # Submit tail first: key n-1 gets t, the head gets t + n - 1 (most recent).
+        pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
+        t += n
+        self._next = t
+        if self._ttl:
+            ep_time = self._ep_time
+            if not ep_time or ep_time[-1] != now_ns:
+                self._ep_pos.append(t - n)
+                ep_time.append(now_ns)
+            if t > 3 * self.current_unique_blocks() + _SLACK:
+                self._compact(0)
+        elif t > 3 * (t - dead) + _SLACK:
+            self._compact(0)
+        return _new_segment(RequestFact, (tuple(segments), n))
+
+    def _kill_scattered(self, olds: list[int | None], m: int, pexp: int) -> int:
+        """Mark dead the old markers of resident blocks after the prefix. O(k log U)."""
+        killed = 0
+        mask = self._mask
+        bcnt = self._bcnt
+        scnt = self._scnt
+        for p in olds[m:]:
+            if p is None or p < pexp:
+                continue
+            b = p >> _SHIFT
+            mask[b] |= 1 << (p & _LOW)
+            bcnt[b] += 1
+            scnt[b >> _SSHIFT] += 1
+            killed += 1
+        return killed
+
+    def _dead_before(self, p: int) -> int:
+        """Dead markers at positions < p. O(U / (_W * _SW) + _SW) in C-speed sums."""
+        if p >= self._cap:
+            return self._dead
+        b = p >> _SHIFT
+        sb = b >> _SSHIFT
+        return (
+            sum(self._scnt[:sb])
+            + sum(self._bcnt[sb << _SSHIFT : b])
+            + (self._mask[b] & ((1 << (p & _LOW)) - 1)).bit_count()
+        )
+
+    def _advance_expiry(self, now: int) -> None:
+        """Move the expiry boundary to ``now``; count blocks that expire. O(log E + log U)."""
+        i = bisect_right(self._ep_time, now - self._ttl)
+        new = self._ep_pos[i] if i < len(self._ep_pos) else self._next
+        if new <= self._pexp:
+            return
+        dead_below = self._dead_before(new)
+        self.expired_blocks += (new - self._pexp) - (dead_below - self._dead_below)
+        self._pexp = new
+        self._dead_below = dead_below
+
+    def _grow(self, incoming: int) -> None:
+        """Extend the position space (no renumbering): amortised O(1) per position."""
+        self._alloc(2 * (self._next + incoming) + _SLACK, keep=True)
+
+    def _compact(self, incoming: int) -> None:
+        """Renumber surviving markers to 0..L-1 (order kept); drop expired keys. O(L log L)."""
+        pos = self._pos
+        pexp = self._pexp
+        if pexp:
+            live = [k for k, p in pos.items() if p >= pexp]
+            live.sort(key=pos.__getitem__)
+        else:
+            live = sorted(pos, key=pos.__getitem__)
+        if self._ttl and live:
+            ep_pos, ep_time = self._ep_pos, self._ep_time
+            new_pos: list[int] = []
+            new_time: list[int] = []
+            last = None
+            for i, k in enumerate(live):
+                tm = ep_time[bisect_right(ep_pos, pos[k]) - 1]
+                if tm != last:
+                    new_pos.append(i)
+                    new_time.append(tm)
+                    last = tm
+            self._ep_pos, self._ep_time = new_pos, new_time
+        else:
+            self._ep_pos, self._ep_time = [], []
+        n_live = len(live)
+        self._pos = dict(zip(live, range(n_live)))
+        self._next = n_live
+        self._dead = 0
+        self._pexp = 0
+        self._dead_below = 0
+        self._alloc(2 * (n_live + incoming) + _SLACK)
+
+    # ------------------------------------------------------------- invariants
+    def _check(self) -> None:
+        """Verify every internal invariant from scratch (tests call this). O(U)."""
+        pos, t, pexp = self._pos, self._next, self._pexp
+        values = set(pos.values())
+        assert len(values) == len(pos), "two keys share a position"
+        assert all(0 <= p < t for p in values), "position outside [0, next)"
+        assert t <= self._cap == self._nb << _SHIFT
+        assert len(self._mask) == len(self._bcnt) == self._nb == len(self._scnt) << _SSHIFT
+        live = [0] * self._nb
+        for p in values:
+            live[p >> _SHIFT] |= 1 << (p & _LOW)
+        dead = dead_below = 0
+        counts = [0] * self._nb
+        for b, word in enumerate(self._mask):
+            counts[b] = word.bit_count()
+            dead += counts[b]
+            lo = b << _SHIFT
+            in_range = _span_bits(max(pexp, lo) - lo, min(t, lo + _W) - lo)
+            below = _span_bits(0, min(pexp, lo + _W) - lo)
+            assert word & in_range == in_range & ~live[b], f"marker state wrong in bucket {b}"
+            assert not word & ~(in_range | below), f"dead bit beyond next in bucket {b}"
+            assert not word & below & live[b], f"live key below expiry marked dead in {b}"
+            dead_below += (word & below).bit_count()
+        assert dead == self._dead, (dead, self._dead)
+        assert dead_below == self._dead_below, (dead_below, self._dead_below)
+        assert self._bcnt == counts, "bucket dead counts wrong"
+        for sb, total in enumerate(self._scnt):
+            assert total == sum(counts[sb << _SSHIFT : (sb + 1) << _SSHIFT]), f"super {sb} wrong"
+        assert self._ep_pos == sorted(self._ep_pos)
+        assert self._ep_time == sorted(self._ep_time)
+        assert self.current_unique_blocks() == sum(1 for p in values if p >= pexp)
+
+
+def _span_bits(lo: int, hi: int) -> int:
+    """Bit mask of offsets lo..hi-1 (empty when hi <= lo)."""
+    return ((1 << (hi - lo)) - 1) << lo if hi > lo else 0
+
+
+def _split_runs(olds: list[int | None], m: int) -> list[tuple[int, int]]:
+    """Split ``olds[:m]`` into maximal runs of positions descending by one.
+
+    Inside a run ``olds[j] + j`` is constant, so runs are the groups of that key:
+    O(m) C-speed work plus O(runs) interpreter steps.
+    """
+    runs: list[tuple[int, int]] = []
+    j = 0
+    for _, group in groupby(map(add, olds, range(m))):
+        length = len(list(group))
+        runs.append((j, length))
+        j += length
+    return runs

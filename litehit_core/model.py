@@ -1,0 +1,50 @@
+"""Domain value types shared by every LiteHit component.
+
+Everything here is in *blocks* (cache blocks of ``block_size_tokens`` tokens) or
+*tokens*; bytes only appear at the projection boundary (see :mod:`litehit_core.projector`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class InvalidRequestError(ValueError):
+    """A request, configuration or file row violates the input contract.
+
+    The message always names the offending field and the value(s) involved.
+    """
+
+
+class HitCurveSegment(NamedTuple):
+    """One arithmetic run of a request's hit curve.
+
+    The k-th block (0-based) of the segment is a hit at every capacity
+    ``>= start_required_blocks + k`` (capacities in blocks).
+    """
+
+    start_required_blocks: int
+    run_length: int
+
+
+class RequestFact(NamedTuple):
+    """The capacity-independent outcome of one request.
+
+    ``hit_curve`` holds the prefix blocks that were cached (in any LRU large enough),
+    head first, as segments whose thresholds strictly increase; blocks past the last
+    segment miss at every capacity. Project it with :func:`litehit_core.project_blocks`.
+    """
+
+    hit_curve: tuple[HitCurveSegment, ...]
+    total_blocks: int
+
+
+class NormalizedRequest(NamedTuple):
+    """Block keys at the instance's block size plus the token denominator.
+
+    ``input_token_len`` keeps any trailing partial-block tokens: they count in the
+    denominator of hit rates but never enter the cache.
+    """
+
+    block_keys: list[int]
+    input_token_len: int

@@ -1,0 +1,103 @@
+"""Projection: the only place where a capacity meets a :class:`RequestFact`.
+
+Capacities are in blocks; :func:`project_bytes` is the single byte boundary (one floor
+division by ``block_bytes``). Every component (online service, offline replay, facts
+queries, curves) goes through these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+
+_GIB = 1024**3
+_INFINITE_BLOCKS = 1 << 62
+
+
+def project_curve(hit_curve: Sequence[HitCurveSegment], capacity_blocks: int) -> int:
+    """Hit blocks of one hit curve at ``capacity_blocks`` (blocks). O(segments).
+
+    Sum over segments with ``start <= C`` of ``min(run, C - start + 1)``.
+    """
+    hits = 0
+    for start, run in hit_curve:
+        if start > capacity_blocks:
+            break  # thresholds strictly increase along the curve
+        span = capacity_blocks - start + 1
+        hits += run if run < span else span
+    return hits
+
+
+def project_curve_infinite(hit_curve: Sequence[HitCurveSegment]) -> int:
+    """Hit blocks of one hit curve at infinite capacity. O(segments)."""
+    return sum(run for _, run in hit_curve)
+
+
+def project_blocks(fact: RequestFact, capacity_blocks: int) -> int:
+    """Hit blocks of ``fact`` in an LRU of ``capacity_blocks`` blocks. O(segments)."""
+    return project_curve(fact.hit_curve, capacity_blocks)
+
+
+def project_infinite(fact: RequestFact) -> int:
+    """Hit blocks of ``fact`` with unlimited capacity (the theoretical maximum). O(segments)."""
+    return project_curve_infinite(fact.hit_curve)
+
+
+def bytes_to_blocks(capacity_bytes: int, block_bytes: int) -> int:
+    """Whole blocks that fit in ``capacity_bytes``: the one floor division. O(1)."""
+    if block_bytes <= 0:
+        raise InvalidRequestError(f"block_bytes must be > 0, got {block_bytes}")
+    if capacity_bytes < 0:
+        raise InvalidRequestError(f"capacity_bytes must not be negative, got {capacity_bytes}")
+    return capacity_bytes // block_bytes
+
+
+def project_bytes(fact: RequestFact, capacity_bytes: int, block_bytes: int) -> int:
+    """Hit blocks of ``fact`` in a cache of ``capacity_bytes`` bytes. O(segments)."""
+    return project_curve(fact.hit_curve, bytes_to_blocks(capacity_bytes, block_bytes))
+
+
+def capacity_gb_to_bytes(gb: float) -> int:
+    """Binary GiB to bytes: ``trunc(gb * 1024**3)``. Rejects NaN and infinities. O(1)."""
+    if not math.isfinite(gb):
+        raise InvalidRequestError(f"capacity_gb must be finite, got {gb}")
+    return math.trunc(gb * _GIB)
+
+
+def capacity_gb_to_blocks(gb: float, block_bytes: int) -> int:
+    """Binary GiB to whole blocks of ``block_bytes``; a negative ``gb`` is rejected. O(1)."""
+    if gb < 0:
+        raise InvalidRequestError(f"capacity_gb must not be negative, got {gb}")
+    return bytes_to_blocks(capacity_gb_to_bytes(gb), block_bytes)
+
+
+def project_matrix(
+    curves: Sequence[Sequence[HitCurveSegment]],
+    block_bytes: Sequence[int],
+    slot_bytes: Sequence[int],
+) -> np.ndarray:
+    """Hit blocks of many curves at many byte capacities: an int64 (curves x slots) matrix.
+
+    ``block_bytes[i]`` is curve i's block size in bytes; ``slot_bytes[k] < 0`` means
+    infinite. The vectorised form of :func:`project_bytes` (same floor division, same
+    clip per segment): O(segments x slots) numpy work plus O(curves + segments) Python.
+    """
+    n_rows, n_slots = len(curves), len(slot_bytes)
+    hits = np.zeros((n_rows, n_slots), dtype=np.int64)
+    counts = np.fromiter(map(len, curves), dtype=np.int64, count=n_rows)
+    if not counts.any():
+        return hits
+    flat = np.array([seg for curve in curves for seg in curve], dtype=np.int64)
+    owner = np.repeat(np.arange(n_rows), counts)
+    bb = np.asarray(block_bytes, dtype=np.int64)
+    if (bb <= 0).any():
+        raise InvalidRequestError(f"block_bytes must be > 0, got {int(bb[bb <= 0][0])}")
+    sb = np.asarray(slot_bytes, dtype=np.int64)
+    caps = np.where(sb[None, :] < 0, _INFINITE_BLOCKS, sb[None, :] // bb[:, None])
+    contrib = np.clip(caps[owner] - flat[:, :1] + 1, 0, flat[:, 1:2])
+    np.add.at(hits, owner, contrib)
+    return hits

@@ -1,0 +1,56 @@
+"""A deliberately naive multi-capacity LRU: the exactness oracle for the tests.
+
+One OrderedDict per capacity; hits are evaluated on the snapshot before the request
+(consecutive cached blocks from the head); then every block is touched tail first.
+With a TTL, entries whose age (now - last access) is >= ttl are purged before the
+request, so they miss and occupy no capacity.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+INF = None  # capacity None = unbounded
+
+
+class NaiveLRU:
+    def __init__(self, capacity: int | None, ttl: int = 0) -> None:
+        self.capacity = capacity
+        self.ttl = ttl
+        self.cache: OrderedDict[int, int] = OrderedDict()  # key -> last access time
+        self.expired = 0
+
+    def request(self, keys: Sequence[int], now: int = 0) -> int:
+        keys = list(dict.fromkeys(keys))  # contract: dedupe by first occurrence
+        if self.ttl:
+            for k in [k for k, ts in self.cache.items() if now - ts >= self.ttl]:
+                del self.cache[k]
+                self.expired += 1
+        hits = 0
+        for k in keys:
+            if k not in self.cache:
+                break
+            hits += 1
+        for k in reversed(keys):  # tail first: the head ends most recent
+            self.cache[k] = now
+            self.cache.move_to_end(k)
+            if self.capacity is not None:
+                while len(self.cache) > self.capacity:
+                    self.cache.popitem(last=False)
+        return hits
+
+
+def oracle_hits(
+    requests: Sequence[Sequence[int]],
+    capacities: Sequence[int | None],
+    times: Sequence[int] | None = None,
+    ttl: int = 0,
+) -> list[list[int]]:
+    """hits[i][c] for request i at capacities[c] (None = infinite)."""
+    lrus = [NaiveLRU(c, ttl) for c in capacities]
+    out = []
+    for i, keys in enumerate(requests):
+        now = times[i] if times is not None else 0
+        out.append([lru.request(keys, now) for lru in lrus])
+    return out
