@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/mooncake/conversation_trace.jsonl"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+DEFAULT_TRACE = SHARED / "traces/mooncake/conversation_trace.jsonl"
 
 
 def load_mooncake(path: Path, block_size: int = 512) -> list[tuple[list[int], int]]:

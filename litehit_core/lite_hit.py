@@ -146,9 +146,6 @@ class LiteHit:
         """
         keys = block_keys if type(block_keys) is list else list(block_keys)
         n = len(keys)
-        if len(set(keys)) != n:
-            keys = list(dict.fromkeys(keys))
-            n = len(keys)
         if self._ttl:
             if now_ns < self._now:
                 now_ns = self._now
@@ -163,9 +160,6 @@ class LiteHit:
         olds = list(map(pos.get, keys))
         t = self._next
         pexp = self._pexp
-        mask = self._mask
-        bcnt = self._bcnt
-        scnt = self._scnt
 
         # Cached prefix length m: up to the first cold (or expired) block.
         try:
@@ -180,11 +174,13 @@ class LiteHit:
                     break
                 j += 1
 
-        segments: list[HitCurveSegment] = []
-        dead_add = 0
+        # Fast paths cover the shapes real traffic has: the cached prefix is one run, or a
+        # shared head block (system prompt) then one run, and every later block is new.
+        # Their distinct positions prove the prefix has no duplicate key; duplicates among
+        # the new blocks are caught by the dict size below. Other shapes check explicitly.
+        scattered = m < n and olds.count(None) != n - m
+        runs: tuple[tuple[int, int], ...] | list[tuple[int, int]] = ()
         if m:
-            # Fast paths for the shapes real traffic has: the whole cached prefix is one
-            # run, or a shared head block (system prompt) followed by one run.
             first = olds[0]
             second = olds[1] if m > 1 else 0
             if olds[m - 1] == first - m + 1 and (
@@ -196,47 +192,63 @@ class LiteHit:
             ):
                 runs = ((0, 1), (1, m - 1))
             else:
-                runs = _split_runs(olds, m)
-            last_end = 0  # last encoded threshold
-            for j0, length in runs:
-                p = olds[j0]
-                # depth(p) = (t - p) - dead_in[p, t)
-                b = p >> _SHIFT
-                sb = b >> _SSHIFT
-                start = (
-                    (t - p)
-                    - (mask[b] >> (p & _LOW)).bit_count()
-                    - sum(bcnt[b + 1 : (sb + 1) << _SSHIFT])
-                    - sum(scnt[sb + 1 :])
+                scattered = True
+        if scattered and len(set(keys)) != n:
+            return self.process_request(list(dict.fromkeys(keys)), now_ns)
+        if m and not runs:
+            runs = _split_runs(olds, m)
+
+        mask = self._mask
+        bcnt = self._bcnt
+        scnt = self._scnt
+        segments: list[HitCurveSegment] = []
+        last_end = 0  # last encoded threshold
+        for j0, length in runs:
+            p = olds[j0]
+            # depth(p) = (t - p) - dead_in[p, t), read on the snapshot
+            b = p >> _SHIFT
+            sb = b >> _SSHIFT
+            start = (
+                (t - p)
+                - (mask[b] >> (p & _LOW)).bit_count()
+                - sum(bcnt[b + 1 : (sb + 1) << _SSHIFT])
+                - sum(scnt[sb + 1 :])
+            )
+            if start <= last_end:
+                start = last_end + 1  # monotone defence: never optimistic
+            if segments and last_end + 1 == start:
+                segments[-1] = _new_segment(
+                    HitCurveSegment, (segments[-1][0], segments[-1][1] + length)
                 )
-                if start <= last_end:
-                    start = last_end + 1  # monotone defence: never optimistic
-                if segments and segments[-1][0] + segments[-1][1] == start:
-                    prev = segments[-1]
-                    segments[-1] = _new_segment(HitCurveSegment, (prev[0], prev[1] + length))
-                else:
-                    segments.append(_new_segment(HitCurveSegment, (start, length)))
-                last_end = start + length - 1
-            # Only now (ranks were read on the snapshot) the runs' old markers die.
-            for j0, length in runs:
-                p = olds[j0]
-                lo = p - length + 1
-                while lo <= p:
-                    b = lo >> _SHIFT
-                    end = (b << _SHIFT) | _LOW
-                    if end > p:
-                        end = p
-                    cnt = end - lo + 1
-                    mask[b] |= ((1 << cnt) - 1) << (lo & _LOW)
-                    bcnt[b] += cnt
-                    scnt[b >> _SSHIFT] += cnt
-                    lo = end + 1
-            dead_add = m
-        if m < n and olds.count(None) != n - m:
+            else:
+                segments.append(_new_segment(HitCurveSegment, (start, length)))
+            last_end = start + length - 1
+        # Only now (every rank was read on the snapshot) the runs' old markers die.
+        for j0, length in runs:
+            p = olds[j0]
+            lo = p - length + 1
+            while lo <= p:
+                b = lo >> _SHIFT
+                end = (b << _SHIFT) | _LOW
+                if end > p:
+                    end = p
+                cnt = end - lo + 1
+                mask[b] |= ((1 << cnt) - 1) << (lo & _LOW)
+                bcnt[b] += cnt
+                scnt[b >> _SSHIFT] += cnt
+                lo = end + 1
+        dead_add = m
+        if scattered:
             dead_add += self._kill_scattered(olds, m, pexp)
         dead = self._dead = self._dead + dead_add
         # Submit tail first: key n-1 gets t, the head gets t + n - 1 (most recent).
+        before = len(pos)
         pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
+        if not scattered and len(pos) - before != n - m:
+            # duplicates among the new blocks: keep first occurrences, renumber all
+            keys = list(dict.fromkeys(keys))
+            n = len(keys)
+            pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
         t += n
         self._next = t
         if self._ttl:
