@@ -133,6 +133,13 @@ class FactsWriter:
             raise
 
 
+def _int_field(field: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{field} must be an integer, got {text!r}") from None
+
+
 def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
     """Parse and validate compact curve JSON. Raises ValueError with the reason. O(len)."""
     if text == "[]":
@@ -145,7 +152,10 @@ def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
         pair = part.split(",")
         if len(pair) != 2:
             raise ValueError(f"hit_curve segment must be [start,run], got [{part}]")
-        start, run = int(pair[0]), int(pair[1])
+        try:
+            start, run = int(pair[0]), int(pair[1])
+        except ValueError:
+            raise ValueError(f"hit_curve segment must hold integers, got [{part}]") from None
         if run < 1:
             raise ValueError(f"hit_curve run_length must be >= 1, got {run}")
         if start <= last_end:
@@ -178,7 +188,10 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
             if len(rec) != 7:
                 raise FactsFormatError(name, line_no, f"expected 7 fields, got {len(rec)}")
             try:
-                ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
+                ts = _int_field("timestamp_ns", rec[2])
+                tokens = _int_field("input_token_len", rec[3])
+                bs = _int_field("block_size_tokens", rec[4])
+                bb = _int_field("block_bytes", rec[5])
                 curve = parse_hit_curve(rec[6])
             except ValueError as exc:
                 raise FactsFormatError(name, line_no, str(exc)) from None

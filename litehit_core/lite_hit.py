@@ -37,7 +37,7 @@ from __future__ import annotations
 import sys
 from bisect import bisect_right
 from collections.abc import Sequence
-from itertools import groupby
+from itertools import groupby, islice
 from operator import add
 
 from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
@@ -119,20 +119,25 @@ class LiteHit:
         return self._next - self._pexp - (self._dead - self._dead_below)
 
     def memory_usage_bytes(self) -> int:
-        """Estimated bytes held by this engine. O(unique blocks).
+        """Estimated bytes held by this engine. O(1).
 
-        Counts the key -> position dict (``sys.getsizeof``) plus every key and position int
-        object it keeps alive, the bucket masks, the Fenwick tree and the TTL epoch lists.
-        Small ints shared by the interpreter are counted too, so this is an upper estimate.
+        The key -> position dict (``sys.getsizeof``, exact for the table) plus the int
+        objects it keeps alive: keys sized from a sample of up to 64 of them, positions at
+        the int size of the largest position; plus the bucket arrays and TTL epoch lists.
+        Ints cached by the interpreter are counted too, so this leans high.
         """
         getsizeof = sys.getsizeof
         pos = self._pos
-        total = getsizeof(pos) + sum(map(getsizeof, pos)) + sum(map(getsizeof, pos.values()))
-        total += getsizeof(self._mask) + sum(map(getsizeof, self._mask))
-        total += getsizeof(self._bcnt) + sum(map(getsizeof, self._bcnt))
-        total += getsizeof(self._scnt) + sum(map(getsizeof, self._scnt))
-        total += getsizeof(self._ep_pos) + getsizeof(self._ep_time)
-        total += 28 * 2 * len(self._ep_pos)
+        n = len(pos)
+        total = getsizeof(pos)
+        if n:
+            sample = list(islice(pos, 64))
+            total += n * sum(map(getsizeof, sample)) // len(sample)
+            total += n * getsizeof(max(self._next, 1))
+        nb = self._nb
+        total += getsizeof(self._mask) + getsizeof(self._bcnt) + getsizeof(self._scnt)
+        total += self._dead and min(nb, self._dead) * (getsizeof(1 << (_W - 1)) + 28)
+        total += getsizeof(self._ep_pos) + getsizeof(self._ep_time) + 56 * len(self._ep_pos)
         return total
 
     # --------------------------------------------------------------- the work
@@ -187,8 +192,10 @@ class LiteHit:
                 m < 3 or olds[:m] == list(range(first, first - m, -1))
             ):
                 runs = ((0, m),)
-            elif olds[m - 1] == second - m + 2 and (
-                m < 4 or olds[1:m] == list(range(second, second - m + 1, -1))
+            elif (
+                olds[m - 1] == second - m + 2
+                and (first > second or first < second - m + 2)  # head outside the run
+                and (m < 4 or olds[1:m] == list(range(second, second - m + 1, -1)))
             ):
                 runs = ((0, 1), (1, m - 1))
             else:

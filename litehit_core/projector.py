@@ -88,16 +88,21 @@ def project_matrix(
     """
     n_rows, n_slots = len(curves), len(slot_bytes)
     hits = np.zeros((n_rows, n_slots), dtype=np.int64)
+    # Block capacities per distinct block size, in Python ints (a capacity in bytes may
+    # exceed int64), capped at "infinite": the same floor division as bytes_to_blocks.
+    per_size: dict[int, list[int]] = {}
+    for bb in set(block_bytes):
+        if bb <= 0:
+            raise InvalidRequestError(f"block_bytes must be > 0, got {bb}")
+        per_size[bb] = [
+            _INFINITE_BLOCKS if sb < 0 else min(sb // bb, _INFINITE_BLOCKS) for sb in slot_bytes
+        ]
     counts = np.fromiter(map(len, curves), dtype=np.int64, count=n_rows)
     if not counts.any():
         return hits
+    caps = np.array([per_size[bb] for bb in block_bytes], dtype=np.int64).reshape(n_rows, n_slots)
     flat = np.array([seg for curve in curves for seg in curve], dtype=np.int64)
     owner = np.repeat(np.arange(n_rows), counts)
-    bb = np.asarray(block_bytes, dtype=np.int64)
-    if (bb <= 0).any():
-        raise InvalidRequestError(f"block_bytes must be > 0, got {int(bb[bb <= 0][0])}")
-    sb = np.asarray(slot_bytes, dtype=np.int64)
-    caps = np.where(sb[None, :] < 0, _INFINITE_BLOCKS, sb[None, :] // bb[:, None])
     contrib = np.clip(caps[owner] - flat[:, :1] + 1, 0, flat[:, 1:2])
     np.add.at(hits, owner, contrib)
     return hits

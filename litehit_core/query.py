@@ -59,7 +59,7 @@ class _Totals:
         out.update(
             requests=self.requests,
             total_input_tokens=tokens,
-            capacity_gb=capacity_gb,
+            capacity_gb=list(capacity_gb),
             total_hit_blocks=self.hit_blocks.tolist(),
             total_hit_tokens=hit_tokens,
             hit_rates=[h / tokens if tokens else 0.0 for h in hit_tokens],

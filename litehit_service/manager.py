@@ -1,0 +1,642 @@
+"""The online optimizer: instance groups, registrations and per-instance LiteHit replays.
+
+:class:`OnlineOptimizerManager` validates every admin request (groups, registrations),
+persists it in the :class:`~litehit_service.registry.Registry` *before* publishing it in
+memory, and answers TraceQuery by replaying block keys through one
+:class:`litehit_core.LiteHit` per instance and projecting the request's capacity-free
+fact onto every capacity slot with the core projector.
+
+Errors are :class:`~litehit_service.errors.OptimizerError` subclasses whose messages name
+the field and value; a failed call never changes state.
+
+Concurrency: admin operations are serialized by one re-entrant lock; each instance has
+its own lock for queries, resets and snapshots. ``trace_query`` never takes the admin
+lock, so queries on different instances run concurrently (as far as the GIL allows) and
+queries on one instance are applied one at a time in arrival order.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields, replace
+from typing import Any
+
+from litehit_core import (
+    InvalidRequestError,
+    LiteHit,
+    capacity_gb_to_blocks,
+    normalize_request,
+    project_blocks,
+    project_infinite,
+)
+from litehit_service.errors import (
+    DuplicateEntity,
+    InstanceNotExist,
+    InvalidArgument,
+    OptimizerError,
+    RegistryIOError,
+    Unsupported,
+)
+from litehit_service.model import (
+    CapacityResult,
+    CapacitySummary,
+    InstanceDebugInfo,
+    InstanceGroup,
+    InstanceRegistration,
+    InstanceSummary,
+    LocationSpec,
+    LocationSpecGroup,
+    RegistrationResult,
+    TheoreticalResult,
+    TraceQueryResult,
+)
+from litehit_service.registry import Registry
+
+_NS_PER_SECOND = 1_000_000_000
+
+
+def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The slot setters of a frozen slots dataclass, for building results on the hot path.
+
+    ``object.__new__(cls)`` plus one setter per field makes the same object as ``cls(...)``
+    about twice as fast (it skips the frozen ``__setattr__`` dispatch). Raises RuntimeError
+    at import if the fields no longer match ``names``, so a model change cannot leave a
+    field unset silently.
+    """
+    actual = tuple(f.name for f in fields(cls))
+    if actual != names:
+        raise RuntimeError(f"{cls.__name__} fields changed: {actual} != {names}")
+    return tuple(cls.__dict__[n].__set__ for n in names)
+
+
+_new = object.__new__
+_cr_gb, _cr_hits, _cr_rate, _cr_unique = _slot_setters(
+    CapacityResult, ("capacity_gb", "cache_hit_count", "hit_rate", "current_unique_keys")
+)
+_th_hits, _th_unique, _th_rate = _slot_setters(
+    TheoreticalResult, ("max_hit_count", "current_unique_keys", "hit_rate")
+)
+(
+    _tq_blocks,
+    _tq_tokens,
+    _tq_capacity,
+    _tq_theoretical,
+    _tq_fact,
+    _tq_block_size,
+    _tq_block_bytes,
+) = _slot_setters(
+    TraceQueryResult,
+    (
+        "total_blocks",
+        "input_token_len",
+        "capacity_results",
+        "theoretical",
+        "fact",
+        "block_size_tokens",
+        "block_bytes",
+    ),
+)
+THEORETICAL_OFF = TheoreticalResult(max_hit_count=-1, current_unique_keys=-1, hit_rate=-1.0)
+"""The theoretical result of an instance whose group has theoretical tracking off."""
+
+
+class InstanceState:
+    """One registered instance: its configuration, its LiteHit and cumulative counters.
+
+    Configuration attributes (``registration``, ``group``, ``block_bytes``,
+    ``capacity_blocks``...) never change after construction. ``lite_hit`` and the counters
+    (``total_queries``, ``total_blocks_queried`` in normalized blocks, ``total_input_tokens``,
+    ``total_hits`` per slot in blocks, ``total_max_hits`` in blocks) are read and written
+    only while holding ``lock``.
+    """
+
+    __slots__ = (
+        "registration",
+        "group",
+        "instance_id",
+        "instance_group",
+        "block_size",
+        "block_bytes",
+        "capacity_gb",
+        "capacity_blocks",
+        "slots",
+        "enable_prefix_hash",
+        "theoretical_enabled",
+        "ttl_ns",
+        "lock",
+        "lite_hit",
+        "total_queries",
+        "total_blocks_queried",
+        "total_input_tokens",
+        "total_hits",
+        "total_max_hits",
+    )
+
+    def __init__(
+        self,
+        registration: InstanceRegistration,
+        group: InstanceGroup,
+        block_bytes: int,
+        capacity_blocks: tuple[int, ...],
+    ) -> None:
+        self.registration = registration
+        self.group = group
+        self.instance_id = registration.instance_id
+        self.instance_group = group.name
+        self.block_size = registration.block_size
+        self.block_bytes = block_bytes
+        self.capacity_gb = group.capacity_gb
+        self.capacity_blocks = capacity_blocks
+        n = len(capacity_blocks)
+        self.slots = tuple(zip(range(n), group.capacity_gb, capacity_blocks, strict=True))
+        self.enable_prefix_hash = group.enable_prefix_hash
+        self.theoretical_enabled = group.enable_theoretical_max_cache
+        self.ttl_ns = group.ttl_seconds * _NS_PER_SECOND
+        self.lock = threading.Lock()
+        self.lite_hit = LiteHit(ttl_ns=self.ttl_ns)
+        self.total_queries = 0
+        self.total_blocks_queried = 0
+        self.total_input_tokens = 0
+        self.total_hits = [0] * len(capacity_blocks)
+        self.total_max_hits = 0
+
+    def reset(self) -> None:
+        """Forget every block and zero every counter (a fresh LiteHit). O(1) + GC."""
+        fresh = LiteHit(ttl_ns=self.ttl_ns)
+        with self.lock:
+            self.lite_hit = fresh
+            self.total_queries = 0
+            self.total_blocks_queried = 0
+            self.total_input_tokens = 0
+            self.total_hits = [0] * len(self.capacity_blocks)
+            self.total_max_hits = 0
+
+    def summary(self) -> InstanceSummary:
+        """A consistent snapshot of the counters and debug info, taken under ``lock``.
+
+        Per slot ``hit_rate = total_hits * block_size / total_input_tokens`` (0.0 without
+        tokens). O(slots) plus the cost of ``LiteHit.memory_usage_bytes``.
+        """
+        with self.lock:
+            lite = self.lite_hit
+            unique = lite.current_unique_blocks()
+            memory = lite.memory_usage_bytes()
+            expired = lite.expired_blocks
+            queries = self.total_queries
+            blocks = self.total_blocks_queried
+            tokens = self.total_input_tokens
+            hits = tuple(self.total_hits)
+            max_hits = self.total_max_hits
+        bs = self.block_size
+        caps = tuple(
+            CapacitySummary(gb, cap, h, h * bs / tokens if tokens else 0.0)
+            for gb, cap, h in zip(self.capacity_gb, self.capacity_blocks, hits, strict=True)
+        )
+        if self.theoretical_enabled:
+            max_rate = max_hits * bs / tokens if tokens else 0.0
+        else:
+            max_hits, max_rate = -1, -1.0
+        largest = self.capacity_blocks[-1]
+        debug = InstanceDebugInfo(
+            block_size=bs,
+            unique_keys=unique,
+            linear_step=self.registration.linear_step,
+            eviction_count=0,  # LiteHit never evicts per capacity: one replay serves all
+            memory_usage_bytes=memory,
+            kv_cache_usage_bytes=min(unique, largest) * self.block_bytes,
+            ttl_eviction_count=expired,
+        )
+        return InstanceSummary(
+            instance_id=self.instance_id,
+            instance_group=self.instance_group,
+            total_queries=queries,
+            total_blocks_queried=blocks,
+            total_input_tokens=tokens,
+            capacity_summaries=caps,
+            theoretical_enabled=self.theoretical_enabled,
+            total_max_hits=max_hits,
+            max_hit_rate=max_rate,
+            debug_info=debug,
+        )
+
+
+class OnlineOptimizerManager:
+    """Groups, registrations and live hit-rate tracking for many instances.
+
+    ``registry`` persists configuration (None: memory only); ``clock_ns`` supplies "now"
+    (ns since the epoch) for queries without a timestamp; ``max_block_keys`` bounds the
+    keys of one query.
+    """
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+        max_block_keys: int = 1_000_000,
+    ) -> None:
+        if max_block_keys <= 0:
+            raise ValueError(f"max_block_keys must be > 0, got {max_block_keys}")
+        self._registry = registry
+        self._clock_ns = clock_ns
+        self._max_block_keys = max_block_keys
+        self._admin = threading.RLock()
+        self._groups: dict[str, InstanceGroup] = {}
+        self._instances: dict[str, InstanceState] = {}
+
+    @property
+    def max_block_keys(self) -> int:
+        """The largest number of block keys one TraceQuery may carry."""
+        return self._max_block_keys
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(self) -> None:
+        """Replace the in-memory configuration by the registry's (fresh LRU state/counters).
+
+        A stored entry that no longer validates raises RegistryIOError naming it and
+        changes nothing. No-op without a registry. O(stored rows).
+        """
+        if self._registry is None:
+            return
+        with self._admin:
+            stored_groups, stored_regs = self._registry.load()
+            groups: dict[str, InstanceGroup] = {}
+            for g in stored_groups:
+                try:
+                    groups[g.name] = _validated_group(g)
+                except OptimizerError as exc:
+                    raise RegistryIOError(
+                        f"registry {self._registry.path!r}: stored instance group {g.name!r} "
+                        f"is invalid: {exc}"
+                    ) from exc
+            instances: dict[str, InstanceState] = {}
+            for reg in stored_regs:
+                try:
+                    instances[reg.instance_id] = _build_state(reg, groups)[0]
+                except OptimizerError as exc:
+                    raise RegistryIOError(
+                        f"registry {self._registry.path!r}: stored instance "
+                        f"{reg.instance_id!r} is invalid: {exc}"
+                    ) from exc
+            self._groups = groups
+            self._instances = instances
+
+    # ------------------------------------------------------------------- groups
+
+    def create_group(self, group: InstanceGroup) -> None:
+        """Validate and add a new group; DuplicateEntity if the name is taken."""
+        g = _validated_group(group)
+        with self._admin:
+            if g.name in self._groups:
+                raise DuplicateEntity(f"instance group {g.name!r} already exists")
+            self._save(lambda r: r.save_group(g))
+            self._groups[g.name] = g
+
+    def update_group(self, group: InstanceGroup) -> None:
+        """Replace an existing group that has no registered instances."""
+        g = _validated_group(group)
+        with self._admin:
+            self._require_group(g.name)
+            self._require_no_instances(g.name, "updating")
+            self._save(lambda r: r.save_group(g))
+            self._groups[g.name] = g
+
+    def remove_group(self, name: str) -> None:
+        """Delete an existing group that has no registered instances."""
+        with self._admin:
+            self._require_group(name)
+            self._require_no_instances(name, "removing")
+            self._save(lambda r: r.delete_group(name))
+            del self._groups[name]
+
+    def get_group(self, name: str) -> InstanceGroup:
+        """The group ``name`` (capacity_gb sorted ascending); InstanceNotExist if absent."""
+        with self._admin:
+            return self._require_group(name)
+
+    def list_groups(self) -> list[InstanceGroup]:
+        """Every group, sorted by name. O(groups log groups)."""
+        with self._admin:
+            return [self._groups[k] for k in sorted(self._groups)]
+
+    # ------------------------------------------------------------ registrations
+
+    def register_instance(self, reg: InstanceRegistration) -> RegistrationResult:
+        """Validate, persist and (re)place an instance with fresh state and counters.
+
+        Returns the blocks per capacity slot and the bytes per block. A failure leaves any
+        previous registration of the same id untouched. O(specs + slots).
+        """
+        with self._admin:
+            state, result = _build_state(reg, self._groups)
+            self._save(lambda r: r.save_instance(state.registration))
+            self._instances[state.instance_id] = state
+            return result
+
+    def remove_instance(self, instance_id: str) -> None:
+        """Forget an instance (memory, registry and therefore metrics)."""
+        with self._admin:
+            self._require_instance(instance_id)
+            self._save(lambda r: r.delete_instance(instance_id))
+            del self._instances[instance_id]
+
+    def get_instance(self, instance_id: str) -> InstanceRegistration:
+        """The registration of ``instance_id``; InstanceNotExist if absent."""
+        return self._require_instance(instance_id).registration
+
+    # ------------------------------------------------------------------ queries
+
+    def trace_query(
+        self,
+        instance_id: str,
+        block_keys: Sequence[int],
+        input_token_len: int = 0,
+        token_ids_len: int = 0,
+        timestamp_ns: int = 0,
+        trace_block_size_tokens: int = 0,
+    ) -> TraceQueryResult:
+        """Replay one request's block keys and report hits at every capacity slot.
+
+        ``input_token_len`` 0 falls back to ``token_ids_len`` and then to the keys' length
+        times the block size; ``timestamp_ns`` 0 means ``clock_ns()`` (used for TTL).
+        Per slot: ``cache_hit_count`` (blocks, core projector), ``hit_rate = hits *
+        block_size / input_token_len`` and ``current_unique_keys = min(unique blocks, slot
+        blocks)``. Bad input raises before any state changes. O(keys + slots * segments).
+        """
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
+        if input_token_len < 0:
+            raise InvalidArgument(f"input_token_len must not be negative, got {input_token_len}")
+        if token_ids_len < 0:
+            raise InvalidArgument(f"token_ids_len must not be negative, got {token_ids_len}")
+        if timestamp_ns < 0:
+            raise InvalidArgument(f"timestamp_ns must not be negative, got {timestamp_ns}")
+        if len(block_keys) > self._max_block_keys:
+            raise InvalidArgument(
+                f"block_keys has {len(block_keys)} keys, more than max_block_keys "
+                f"{self._max_block_keys}"
+            )
+        if input_token_len == 0:
+            input_token_len = token_ids_len
+        bs = state.block_size
+        try:
+            keys, tokens = normalize_request(
+                block_keys, input_token_len, bs, state.enable_prefix_hash, trace_block_size_tokens
+            )
+        except InvalidRequestError as exc:
+            raise InvalidArgument(f"instance_id {instance_id!r}: {exc}") from None
+        now = timestamp_ns if timestamp_ns > 0 else self._clock_ns()
+        results: list[CapacityResult] = []
+        append = results.append
+        new = _new
+        with state.lock:
+            lite = state.lite_hit
+            fact = lite.process_request(keys, now)
+            unique = lite.current_unique_blocks()
+            totals = state.total_hits
+            # Hits never decrease with capacity and never exceed the infinite-capacity hits;
+            # slots ascend, so once one slot reaches them every later slot has them too.
+            best = project_infinite(fact) if fact.hit_curve else 0
+            hits = -1 if best else 0
+            for i, gb, cap in state.slots:
+                if hits != best:
+                    hits = project_blocks(fact, cap)
+                totals[i] += hits
+                r = new(CapacityResult)
+                _cr_gb(r, gb)
+                _cr_hits(r, hits)
+                _cr_rate(r, hits * bs / tokens if hits else 0.0)
+                _cr_unique(r, unique if unique < cap else cap)
+                append(r)
+            if state.theoretical_enabled:
+                state.total_max_hits += best
+                theoretical = new(TheoreticalResult)
+                _th_hits(theoretical, best)
+                _th_unique(theoretical, unique)
+                _th_rate(theoretical, best * bs / tokens if best else 0.0)
+            else:
+                theoretical = THEORETICAL_OFF
+            state.total_queries += 1
+            state.total_blocks_queried += fact.total_blocks
+            state.total_input_tokens += tokens
+        out = new(TraceQueryResult)
+        _tq_blocks(out, fact.total_blocks)
+        _tq_tokens(out, tokens)
+        _tq_capacity(out, tuple(results))
+        _tq_theoretical(out, theoretical)
+        _tq_fact(out, fact)
+        _tq_block_size(out, bs)
+        _tq_block_bytes(out, state.block_bytes)
+        return out
+
+    def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
+        """Summaries of every instance (or of one group's), sorted by instance_id.
+
+        A non-empty ``instance_group`` that does not exist raises InstanceNotExist.
+        O(instances * slots).
+        """
+        with self._admin:
+            if instance_group:
+                self._require_group(instance_group)
+            states = [
+                self._instances[k]
+                for k in sorted(self._instances)
+                if not instance_group or self._instances[k].instance_group == instance_group
+            ]
+        return [s.summary() for s in states]
+
+    def reset_stats(self, instance_id: str) -> None:
+        """Give ``instance_id`` a fresh LiteHit and zeroed counters."""
+        self._require_instance(instance_id).reset()
+
+    def instance_states(self) -> list[InstanceState]:
+        """The live states, sorted by instance_id (for the metrics collector)."""
+        with self._admin:
+            return [self._instances[k] for k in sorted(self._instances)]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _save(self, write: Callable[[Registry], None]) -> None:
+        if self._registry is not None:
+            write(self._registry)
+
+    def _require_group(self, name: str) -> InstanceGroup:
+        group = self._groups.get(name)
+        if group is None:
+            raise InstanceNotExist(f"instance group {name!r} does not exist")
+        return group
+
+    def _require_instance(self, instance_id: str) -> InstanceState:
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
+        return state
+
+    def _require_no_instances(self, name: str, doing: str) -> None:
+        members = sorted(k for k, s in self._instances.items() if s.instance_group == name)
+        if members:
+            shown = ", ".join(repr(m) for m in members[:5]) + (", ..." if len(members) > 5 else "")
+            raise InvalidArgument(
+                f"instance group {name!r} still has {len(members)} registered instance(s) "
+                f"({shown}); remove them before {doing} the group"
+            )
+
+
+def _validated_group(group: InstanceGroup) -> InstanceGroup:
+    """Check every group rule; return the group with capacity_gb as sorted floats."""
+    name = group.name
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"instance group name must not be empty, got {name!r}")
+    where = f"instance group {name!r}"
+    if not group.capacity_gb:
+        raise InvalidArgument(
+            f"capacity_gb of {where} must not be empty, got {list(group.capacity_gb)!r}"
+        )
+    caps: list[float] = []
+    for i, raw in enumerate(group.capacity_gb):
+        try:
+            gb = float(raw)
+        except (TypeError, ValueError):
+            raise InvalidArgument(
+                f"capacity_gb[{i}] of {where} must be a number, got {raw!r}"
+            ) from None
+        if not (math.isfinite(gb) and gb > 0):
+            raise InvalidArgument(f"capacity_gb[{i}] of {where} must be finite and > 0, got {gb!r}")
+        caps.append(gb)
+    if group.eviction_policy != "lru":
+        raise InvalidArgument(
+            f"eviction_policy of {where} must be 'lru', got {group.eviction_policy!r}"
+        )
+    ttl = group.ttl_seconds
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+        raise InvalidArgument(f"ttl_seconds of {where} must be an integer >= 0, got {ttl!r}")
+    if group.shared_group_quota:
+        raise Unsupported(
+            f"shared_group_quota=True of {where} is not supported: every instance is "
+            "simulated with its own capacity"
+        )
+    return replace(
+        group,
+        capacity_gb=tuple(sorted(caps)),
+        shared_group_quota=bool(group.shared_group_quota),
+        enable_theoretical_max_cache=bool(group.enable_theoretical_max_cache),
+        enable_prefix_hash=bool(group.enable_prefix_hash),
+    )
+
+
+def _build_state(
+    reg: InstanceRegistration, groups: dict[str, InstanceGroup]
+) -> tuple[InstanceState, RegistrationResult]:
+    """Validate a registration against ``groups``; build its fresh state and result."""
+    iid = reg.instance_id
+    if not isinstance(iid, str) or not iid:
+        raise InvalidArgument(f"instance_id must not be empty, got {iid!r}")
+    where = f"instance_id {iid!r}"
+    group = groups.get(reg.instance_group)
+    if group is None:
+        raise InstanceNotExist(f"instance_group {reg.instance_group!r} of {where} does not exist")
+    bs = reg.block_size
+    if not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
+        raise InvalidArgument(f"block_size of {where} must be an integer > 0, got {bs!r}")
+    specs = tuple(reg.location_spec_infos)
+    sizes = _validated_specs(specs, where)
+    spec_groups = tuple(
+        LocationSpecGroup(g.name, tuple(g.spec_names)) for g in reg.location_spec_groups
+    )
+    members = _validated_spec_groups(spec_groups, sizes, where)
+    if reg.linear_step != 0:
+        raise Unsupported(
+            f"linear_step of {where} is {reg.linear_step!r}: hybrid linear/Mamba layouts are "
+            "not supported yet; register with linear_step 0"
+        )
+    full_name = reg.full_location_spec_group_name
+    if full_name:
+        if full_name not in members:
+            raise InvalidArgument(
+                f"full_location_spec_group_name {full_name!r} of {where} is not one of the "
+                f"location_spec_groups {sorted(members)!r}"
+            )
+    elif len(members) == 1:
+        full_name = next(iter(members))
+    else:
+        raise InvalidArgument(
+            f"full_location_spec_group_name of {where} is empty and there are "
+            f"{len(members)} location_spec_groups {sorted(members)!r}: name the full group "
+            "(it may only be omitted when there is exactly one)"
+        )
+    linear_name = reg.linear_location_spec_group_name
+    if linear_name and linear_name not in members:
+        raise InvalidArgument(
+            f"linear_location_spec_group_name {linear_name!r} of {where} is not one of the "
+            f"location_spec_groups {sorted(members)!r}"
+        )
+    full_specs = members[full_name]
+    block_bytes = sum(sizes[n] for n in full_specs)
+    linear_specs = set(full_specs).union(members[linear_name] if linear_name else ())
+    size_full_linear = sum(sizes[n] for n in linear_specs)
+    capacity_blocks = tuple(capacity_gb_to_blocks(gb, block_bytes) for gb in group.capacity_gb)
+    stored = replace(reg, location_spec_infos=specs, location_spec_groups=spec_groups)
+    state = InstanceState(stored, group, block_bytes, capacity_blocks)
+    return state, RegistrationResult(capacity_blocks, block_bytes, size_full_linear)
+
+
+def _validated_specs(specs: Iterable[LocationSpec], where: str) -> dict[str, int]:
+    """Spec name -> size (bytes); names non-empty and unique, sizes integers > 0."""
+    sizes: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if not isinstance(spec.name, str) or not spec.name:
+            raise InvalidArgument(
+                f"location_spec_infos[{i}].name of {where} must not be empty, got {spec.name!r}"
+            )
+        if spec.name in sizes:
+            raise InvalidArgument(
+                f"location_spec_infos[{i}].name {spec.name!r} of {where} is duplicated"
+            )
+        size = spec.size
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise InvalidArgument(
+                f"location_spec_infos[{i}].size of spec {spec.name!r} of {where} must be an "
+                f"integer > 0 (bytes), got {size!r}"
+            )
+        sizes[spec.name] = size
+    return sizes
+
+
+def _validated_spec_groups(
+    groups: Iterable[LocationSpecGroup], sizes: dict[str, int], where: str
+) -> dict[str, tuple[str, ...]]:
+    """Group name -> member spec names; names unique, members non-empty, unique and known."""
+    members: dict[str, tuple[str, ...]] = {}
+    for i, g in enumerate(groups):
+        if not isinstance(g.name, str) or not g.name:
+            raise InvalidArgument(
+                f"location_spec_groups[{i}].name of {where} must not be empty, got {g.name!r}"
+            )
+        if g.name in members:
+            raise InvalidArgument(
+                f"location_spec_groups[{i}].name {g.name!r} of {where} is duplicated"
+            )
+        if not g.spec_names:
+            raise InvalidArgument(
+                f"location_spec_groups[{i}].spec_names of group {g.name!r} of {where} must not "
+                "be empty"
+            )
+        seen: set[str] = set()
+        for name in g.spec_names:
+            if name not in sizes:
+                raise InvalidArgument(
+                    f"location_spec_groups[{i}].spec_names of group {g.name!r} of {where} names "
+                    f"unknown spec {name!r} (known: {sorted(sizes)!r})"
+                )
+            if name in seen:
+                raise InvalidArgument(
+                    f"location_spec_groups[{i}].spec_names of group {g.name!r} of {where} lists "
+                    f"spec {name!r} twice"
+                )
+            seen.add(name)
+        members[g.name] = tuple(g.spec_names)
+    return members

@@ -1,0 +1,215 @@
+"""Prometheus metrics of the online optimizer.
+
+Per-instance series are computed at scrape time from the manager's live states (each
+state's lock is held only while its counters are copied), so a removed instance's series
+disappear and ResetStats restarts them from zero. Request latency and error counts are
+ordinary instruments fed by the servicer. Everything lives on a private
+:class:`~prometheus_client.CollectorRegistry`, never the process-global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import start_http_server as _start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from litehit_service.manager import OnlineOptimizerManager
+
+_LABELS = ["instance_group", "instance_id"]
+_CAP_LABELS = [*_LABELS, "capacity_gb"]
+
+LATENCY_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+"""Histogram buckets (seconds) for one TraceQuery: 50 us to 1 s."""
+
+
+def format_capacity_label(gb: float) -> str:
+    """The ``capacity_gb`` label text: shortest float repr without a trailing ".0".
+
+    ``8.0 -> "8"``, ``0.5 -> "0.5"``, ``1e-06 -> "1e-06"``. O(1).
+    """
+    text = repr(float(gb))
+    return text[:-2] if text.endswith(".0") else text
+
+
+class InstanceCollector(Collector):
+    """Computes every per-instance family from ``manager.instance_states()`` per scrape.
+
+    Cost per scrape: O(instances * slots) plus each instance's
+    ``LiteHit.memory_usage_bytes`` (taken under that instance's lock).
+    """
+
+    def __init__(self, manager: OnlineOptimizerManager) -> None:
+        self._manager = manager
+
+    def describe(self) -> Iterator[Metric]:
+        """The families this collector produces (without samples)."""
+        return iter(_families())
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample set per live instance, computed now."""
+        fams = _families()
+        (
+            queries,
+            tokens,
+            blocks,
+            hit_tokens,
+            hit_blocks,
+            theoretical,
+            capacity,
+            unique,
+            memory,
+            kv_usage,
+            expired,
+            instances,
+        ) = fams
+        summaries = [state.summary() for state in self._manager.instance_states()]
+        for s in summaries:
+            lv = [s.instance_group, s.instance_id]
+            bs = s.debug_info.block_size
+            queries.add_metric(lv, s.total_queries)
+            tokens.add_metric(lv, s.total_input_tokens)
+            blocks.add_metric(lv, s.total_blocks_queried)
+            seen: set[str] = set()
+            for c in s.capacity_summaries:
+                label = format_capacity_label(c.capacity_gb)
+                if label in seen:
+                    continue  # duplicate capacity_gb: identical slot, one series
+                seen.add(label)
+                clv = [*lv, label]
+                hit_tokens.add_metric(clv, c.total_hits * bs)
+                hit_blocks.add_metric(clv, c.total_hits)
+                capacity.add_metric(clv, c.capacity_blocks)
+            if s.theoretical_enabled:
+                theoretical.add_metric(lv, s.total_max_hits * bs)
+            unique.add_metric(lv, s.debug_info.unique_keys)
+            memory.add_metric(lv, s.debug_info.memory_usage_bytes)
+            kv_usage.add_metric(lv, s.debug_info.kv_cache_usage_bytes)
+            expired.add_metric(lv, s.debug_info.ttl_eviction_count)
+        instances.add_metric([], len(summaries))
+        return iter(fams)
+
+
+def _families() -> list[Metric]:
+    """Fresh, empty metric families in a fixed order (see :meth:`InstanceCollector.collect`)."""
+    return [
+        CounterMetricFamily(
+            "litehit_trace_queries", "TraceQuery requests processed (queries).", labels=_LABELS
+        ),
+        CounterMetricFamily(
+            "litehit_input_tokens", "Input tokens of processed queries (tokens).", labels=_LABELS
+        ),
+        CounterMetricFamily(
+            "litehit_queried_blocks",
+            "Blocks of processed queries at the instance block size (blocks).",
+            labels=_LABELS,
+        ),
+        CounterMetricFamily(
+            "litehit_hit_tokens",
+            "Prefix-hit tokens in an LRU of this capacity (tokens = hit blocks * block_size).",
+            labels=_CAP_LABELS,
+        ),
+        CounterMetricFamily(
+            "litehit_hit_blocks",
+            "Prefix-hit blocks in an LRU of this capacity (blocks).",
+            labels=_CAP_LABELS,
+        ),
+        CounterMetricFamily(
+            "litehit_theoretical_hit_tokens",
+            "Prefix-hit tokens with unlimited capacity (tokens; theoretical-enabled groups).",
+            labels=_LABELS,
+        ),
+        GaugeMetricFamily(
+            "litehit_capacity_blocks",
+            "Capacity of the slot in whole blocks (blocks).",
+            labels=_CAP_LABELS,
+        ),
+        GaugeMetricFamily(
+            "litehit_unique_blocks",
+            "Distinct blocks resident with unlimited capacity (blocks).",
+            labels=_LABELS,
+        ),
+        GaugeMetricFamily(
+            "litehit_memory_bytes",
+            "Estimated memory of the instance simulator (bytes).",
+            labels=_LABELS,
+        ),
+        GaugeMetricFamily(
+            "litehit_kv_cache_usage_bytes",
+            "KV cache bytes in use at the largest capacity (bytes).",
+            labels=_LABELS,
+        ),
+        CounterMetricFamily(
+            "litehit_ttl_expired_blocks",
+            "Blocks dropped because their TTL lapsed (blocks).",
+            labels=_LABELS,
+        ),
+        GaugeMetricFamily("litehit_instances", "Registered instances.", labels=[]),
+    ]
+
+
+class ServiceMetrics:
+    """Every metric of one service, on ``registry`` (None: a fresh private registry)."""
+
+    def __init__(
+        self, manager: OnlineOptimizerManager, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(InstanceCollector(manager))
+        self._latency = Histogram(
+            "litehit_trace_query_duration_seconds",
+            "Time to handle one TraceQuery, per query (seconds).",
+            ["method"],
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        self._errors = Counter(
+            "litehit_errors",
+            "Requests answered with an error status, by RPC method and ErrorCode name.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self._latency_children = {
+            m: self._latency.labels(m) for m in ("TraceQuery", "TraceQueryStream")
+        }
+
+    def observe_query(self, method: str, seconds: float) -> None:
+        """Record one query's handling time (seconds) under ``method``. O(buckets)."""
+        child = self._latency_children.get(method)
+        if child is None:
+            child = self._latency_children[method] = self._latency.labels(method)
+        child.observe(seconds)
+
+    def count_error(self, method: str, code: str) -> None:
+        """Count one error answer of ``method`` with ErrorCode name ``code``. O(1)."""
+        self._errors.labels(method, code).inc()
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric (computed now)."""
+        return generate_latest(self.registry)
+
+    def start_http_server(self, host: str, port: int) -> tuple[WSGIServer, int]:
+        """Serve ``/metrics`` on ``host:port`` (0 = ephemeral) in a daemon thread.
+
+        Returns the server (stop it with ``shutdown()`` then ``server_close()``) and the
+        bound port.
+        """
+        server, _thread = _start_http_server(port, addr=host, registry=self.registry)
+        return server, int(server.server_port)

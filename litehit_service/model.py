@@ -1,0 +1,155 @@
+"""Immutable domain values of the online optimizer (no gRPC/protobuf here).
+
+Units: ``capacity_gb`` in binary GiB (1024**3 bytes), sizes in bytes, ``block_size`` in
+tokens per block, hit counts and capacities in blocks unless a name says tokens/bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litehit_core import RequestFact
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroup:
+    """Capacities and policy shared by the instances of one group.
+
+    ``eviction_policy`` is ``"lru"`` (the only supported policy) or ``"unspecified"``;
+    ``ttl_seconds`` 0 disables TTL expiry; ``capacity_gb`` is kept sorted ascending by the
+    manager (duplicates kept, one result slot each).
+    """
+
+    name: str
+    capacity_gb: tuple[float, ...]
+    eviction_policy: str = "lru"
+    shared_group_quota: bool = False
+    ttl_seconds: int = 0
+    enable_theoretical_max_cache: bool = False
+    enable_prefix_hash: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LocationSpec:
+    """One storage location of a cache block: ``size`` bytes per block."""
+
+    name: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LocationSpecGroup:
+    """A named set of location specs (by name) stored together per block."""
+
+    name: str
+    spec_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRegistration:
+    """How one inference instance lays out its KV cache blocks.
+
+    ``block_size`` is tokens per block; the full-attention group (named, or the only
+    group) gives the bytes per block. ``linear_step`` must be 0 (hybrid linear/Mamba
+    layouts are not supported yet).
+    """
+
+    instance_id: str
+    instance_group: str
+    block_size: int
+    location_spec_infos: tuple[LocationSpec, ...]
+    location_spec_groups: tuple[LocationSpecGroup, ...]
+    full_location_spec_group_name: str = ""
+    linear_location_spec_group_name: str = ""
+    linear_step: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationResult:
+    """Blocks per capacity slot (ascending ``capacity_gb``) and bytes per block."""
+
+    estimated_capacity_blocks: tuple[int, ...]
+    size_full_only: int
+    size_full_linear: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityResult:
+    """One query's outcome at one capacity slot (hits in blocks)."""
+
+    capacity_gb: float
+    cache_hit_count: int
+    hit_rate: float
+    current_unique_keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class TheoreticalResult:
+    """One query's outcome with unlimited capacity; every field is -1 when disabled."""
+
+    max_hit_count: int
+    current_unique_keys: int
+    hit_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class TraceQueryResult:
+    """Everything one TraceQuery produced, including the core's capacity-free fact.
+
+    ``total_blocks`` counts normalized blocks (at ``block_size_tokens``);
+    ``input_token_len`` is the token denominator of every hit rate.
+    """
+
+    total_blocks: int
+    input_token_len: int
+    capacity_results: tuple[CapacityResult, ...]
+    theoretical: TheoreticalResult
+    fact: RequestFact
+    block_size_tokens: int
+    block_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySummary:
+    """Cumulative hits of an instance at one capacity slot (``total_hits`` in blocks)."""
+
+    capacity_gb: float
+    capacity_blocks: int
+    total_hits: int
+    hit_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceDebugInfo:
+    """Internal sizes of an instance's simulator.
+
+    ``eviction_count`` is always 0: LiteHit keeps every block once for all capacities and
+    derives evictions implicitly, so no per-capacity eviction happens.
+    """
+
+    block_size: int
+    unique_keys: int
+    linear_step: int
+    eviction_count: int
+    memory_usage_bytes: int
+    kv_cache_usage_bytes: int
+    ttl_eviction_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSummary:
+    """Cumulative counters of one instance since registration or the last reset.
+
+    ``total_max_hits`` and ``max_hit_rate`` are -1 when theoretical tracking is off.
+    """
+
+    instance_id: str
+    instance_group: str
+    total_queries: int
+    total_blocks_queried: int
+    total_input_tokens: int
+    capacity_summaries: tuple[CapacitySummary, ...]
+    theoretical_enabled: bool
+    total_max_hits: int
+    max_hit_rate: float
+    debug_info: InstanceDebugInfo

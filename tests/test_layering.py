@@ -1,0 +1,150 @@
+"""Layering: litehit_core is pure and never depends on the service, gRPC or Prometheus."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import litehit_core
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "litehit_core"
+FORBIDDEN = ("grpc", "prometheus_client", "litehit_service")
+EXPECTED_MODULES = {
+    "__init__.py",
+    "model.py",
+    "prefix_hash.py",
+    "normalize.py",
+    "projector.py",
+    "lite_hit.py",
+    "facts.py",
+    "accumulator.py",
+    "query.py",
+}
+
+# the public contract other packages code against (see the preamble / issue 2)
+CONTRACT_NAMES = [
+    "InvalidRequestError",
+    "HitCurveSegment",
+    "RequestFact",
+    "NormalizedRequest",
+    "prefix_hash_next",
+    "apply_prefix_hash",
+    "normalize_request",
+    "LiteHit",
+    "project_blocks",
+    "project_infinite",
+    "project_bytes",
+    "capacity_gb_to_bytes",
+    "capacity_gb_to_blocks",
+    "bytes_to_blocks",
+    "FACTS_HEADER",
+    "FactRow",
+    "FactsWriter",
+    "read_facts",
+    "query_facts",
+    "HitCurveAccumulator",
+]
+
+
+def forbidden_imports(source: str, filename: str = "<src>") -> list[str]:
+    """Top-level names of forbidden modules imported anywhere in ``source`` (any depth)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+            )
+        ):
+            names = [node.args[0].value]
+        else:
+            continue
+        found += [n for n in names if n.split(".")[0] in FORBIDDEN]
+    return found
+
+
+def core_sources() -> list[Path]:
+    return sorted(CORE.rglob("*.py"))
+
+
+def test_scanner_sees_every_core_module() -> None:
+    assert EXPECTED_MODULES <= {p.name for p in core_sources()}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import grpc",
+        "import grpc.aio as aio",
+        "from prometheus_client import Counter",
+        "from litehit_service.manager import X",
+        "def f():\n    import litehit_service\n",
+        "import os, prometheus_client.core",
+        "importlib.import_module('grpc')",
+        "__import__('litehit_service.cli')",
+    ],
+)
+def test_scanner_detects_forbidden_imports(source: str) -> None:
+    assert forbidden_imports(source)
+
+
+def test_scanner_ignores_lookalikes() -> None:
+    assert forbidden_imports("import grpcio_helper\nfrom litehit_core import model") == []
+    assert forbidden_imports("from . import grpc") == []  # relative: inside the package
+
+
+@pytest.mark.parametrize("path", core_sources(), ids=lambda p: p.name)
+def test_core_module_imports_nothing_forbidden(path: Path) -> None:
+    assert forbidden_imports(path.read_text(encoding="utf-8"), str(path)) == []
+
+
+def test_importing_core_in_a_fresh_interpreter_loads_no_service_stack() -> None:
+    code = (
+        "import importlib, json, pkgutil, sys\n"
+        "import litehit_core\n"
+        "for m in pkgutil.walk_packages(litehit_core.__path__, 'litehit_core.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(json.dumps(sorted(m for m in sys.modules\n"
+        "    if m.split('.')[0] in ('grpc', 'prometheus_client', 'litehit_service'))))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('litehit_core.'))))\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded_forbidden, loaded_core = (json.loads(line) for line in proc.stdout.splitlines())
+    assert loaded_forbidden == []
+    # the walk really imported the modules (so the check above is not vacuous)
+    assert {f"litehit_core.{name[:-3]}" for name in EXPECTED_MODULES - {"__init__.py"}} <= set(
+        loaded_core
+    )
+
+
+def test_contract_names_are_exported_from_the_package() -> None:
+    # other packages use `from litehit_core import ...` for every name of the contract
+    missing = [name for name in CONTRACT_NAMES if not hasattr(litehit_core, name)]
+    assert missing == []
+    assert set(CONTRACT_NAMES) <= set(litehit_core.__all__)
