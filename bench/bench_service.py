@@ -1,0 +1,134 @@
+"""Service benchmark: stream a real trace through a real ``litehit serve`` over gRPC.
+
+Usage: python bench/bench_service.py [TRACE.jsonl] [--batch 256] [--unary-rate 500]
+
+Starts ``litehit serve`` as a separate process on 127.0.0.1 (ephemeral ports), registers
+one instance (block_size 512, 8 capacity slots + theoretical), and from this process:
+(1) streams every request of the trace through TraceQueryStream in batches and reports
+queries/s; (2) replays the same trace through an in-process OnlineOptimizerManager for
+the ratio; (3) sends unary TraceQuery calls at a fixed rate and reports p50/p99 latency.
+The default trace is ../shared/traces/mooncake/conversation_trace.jsonl (Mooncake
+FAST'25, kvcache-ai/Mooncake, FAST25-release/traces/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
+
+from litehit_service._proto import optimizer_service_pb2 as pb2  # noqa: E402
+from litehit_service.client import OptimizerClient  # noqa: E402
+from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
+from litehit_service.model import (  # noqa: E402
+    InstanceGroup,
+    InstanceRegistration,
+    LocationSpec,
+    LocationSpecGroup,
+)
+
+CAPACITY_GB = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+GROUP = InstanceGroup("bench", CAPACITY_GB, enable_theoretical_max_cache=True)
+REG = InstanceRegistration(
+    "bench-0",
+    "bench",
+    block_size=512,
+    location_spec_infos=(LocationSpec("hbm", 64 * 1024**2 // 512 * 512),),
+    location_spec_groups=(LocationSpecGroup("full", ("hbm",)),),
+    full_location_spec_group_name="full",
+)
+
+
+def start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "litehit_service", "serve", "--listen", "127.0.0.1:0",
+         "--metrics-listen", "127.0.0.1:0", "--data-dir", data_dir],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    line = proc.stdout.readline()
+    if not line.startswith("litehit serving "):
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    fields = dict(part.split("=", 1) for part in line.split()[2:])
+    return proc, fields["grpc"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--unary-rate", type=float, default=500.0, help="unary calls per second")
+    ap.add_argument("--unary-count", type=int, default=2000)
+    args = ap.parse_args()
+    if not args.trace.exists():
+        print(f"trace not found: {args.trace} (see bench/README.md)", file=sys.stderr)
+        return 2
+    reqs = load_mooncake(args.trace)
+    n = len(reqs)
+    queries = [pb2.TraceQueryRequest(instance_id="bench-0", block_keys=k, input_token_len=t)
+               for k, t in reqs]  # fmt: skip
+
+    # in-process manager (same code, no gRPC)
+    manager = OnlineOptimizerManager()
+    manager.create_group(GROUP)
+    manager.register_instance(REG)
+    t0 = time.perf_counter()
+    for keys, tokens in reqs:
+        manager.trace_query("bench-0", keys, tokens)
+    in_process = n / (time.perf_counter() - t0)
+    expect = [s.total_hits for s in manager.list_instances()[0].capacity_summaries]
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        proc, addr = start_server(data_dir)
+        try:
+            with OptimizerClient(addr) as client:
+                client.wait_until_ready(10)
+                client.create_instance_group(GROUP)
+                client.register_instance(REG)
+                t0 = time.perf_counter()
+                got = sum(1 for _ in client.stream_trace_queries(queries, args.batch))
+                streamed_s = time.perf_counter() - t0
+                assert got == n, (got, n)
+                summary = client.list_instances().instances[0]
+                totals = [c.total_hits for c in summary.capacity_summaries]
+                assert totals == expect, (totals, expect)
+
+                client.reset_stats("bench-0")
+                lat = []
+                period = 1.0 / args.unary_rate
+                next_at = time.perf_counter()
+                for i in range(min(args.unary_count, n)):
+                    now = time.perf_counter()
+                    if now < next_at:
+                        time.sleep(next_at - now)
+                    next_at += period
+                    t1 = time.perf_counter()
+                    client.trace_query("bench-0", reqs[i][0], reqs[i][1])
+                    lat.append(time.perf_counter() - t1)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+    streamed = n / streamed_s
+    lat.sort()
+    p50 = statistics.median(lat) * 1e3
+    p99 = lat[int(0.99 * (len(lat) - 1))] * 1e3
+    print(f"trace: {args.trace.name}: {n} requests; 8 slots + theoretical, block 512")
+    print(f"in-process manager:         {in_process:,.0f} queries/s")
+    print(f"TraceQueryStream (batch {args.batch}): {streamed:,.0f} queries/s "
+          f"({streamed / in_process:.0%} of in-process); totals equal in-process: yes")  # fmt: skip
+    print(f"unary TraceQuery at {args.unary_rate:.0f}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
+          f"({len(lat)} calls)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""``litehit instances``: print every instance's hit rates per capacity from a live server.
+
+One row per capacity slot; the instance's columns (group, queries, theoretical maximum,
+unique blocks, memory) are shown on its first row. ``--json`` prints the same data as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from litehit_service._proto import optimizer_service_pb2 as pb2
+
+COLUMNS = (
+    "INSTANCE",
+    "GROUP",
+    "QUERIES",
+    "CAPACITY_GIB",
+    "CAPACITY_BLOCKS",
+    "HIT_RATE",
+    "THEORETICAL",
+    "UNIQUE_BLOCKS",
+    "MEMORY",
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``instances`` subcommand."""
+    parser = subparsers.add_parser(
+        "instances", help="show hit rates per capacity of a live server", description=__doc__
+    )
+    parser.add_argument(
+        "--server", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)"
+    )
+    parser.add_argument("--group", default="", help="only instances of this instance group")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per attempt (default 10)"
+    )
+    parser.add_argument("--tls-ca", default=None, help="PEM CA certificate (enables TLS)")
+    parser.set_defaults(func=run)
+
+
+def format_percent(rate: float) -> str:
+    """A hit rate (0..1) as a percentage with two decimals; ``-`` for a negative (off) rate."""
+    return "-" if rate < 0 else f"{rate * 100:.2f}%"
+
+
+def format_bytes(n: int) -> str:
+    """Bytes with a binary unit: ``512 B``, ``1.4 KiB``, ``3.0 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def table_rows(response: pb2.OptimizerListInstancesResponse) -> list[tuple[str, ...]]:
+    """The table body: one row per capacity slot of every instance (instance columns once)."""
+    rows: list[tuple[str, ...]] = []
+    for inst in response.instances:
+        theo = inst.theoretical_summary
+        theoretical = "off" if theo.total_max_hits < 0 else format_percent(theo.max_hit_rate)
+        head = (
+            inst.instance_id,
+            inst.instance_group,
+            str(inst.total_queries),
+            theoretical,
+            str(inst.debug_info.unique_keys),
+            format_bytes(inst.debug_info.memory_usage_bytes),
+        )
+        blank = ("",) * len(head)
+        for i, cap in enumerate(inst.capacity_summaries):
+            first = head if i == 0 else blank
+            rows.append(
+                (
+                    *first[:3],
+                    f"{cap.capacity_gb:g}",
+                    str(cap.capacity_blocks),
+                    format_percent(cap.hit_rate),
+                    *first[3:],
+                )
+            )
+        if not inst.capacity_summaries:
+            rows.append((*head[:3], "", "", "", *head[3:]))
+    return rows
+
+
+def format_table(response: pb2.OptimizerListInstancesResponse) -> str:
+    """The whole table as text with aligned columns (left-aligned names, right numbers)."""
+    rows = [COLUMNS, *table_rows(response)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    left = {0, 1}
+    lines = []
+    for row in rows:
+        cells = [
+            cell.ljust(widths[i]) if i in left else cell.rjust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def to_json(response: pb2.OptimizerListInstancesResponse) -> dict[str, Any]:
+    """Plain JSON-ready data (integers stay integers; theoretical None when off)."""
+    out = []
+    for inst in response.instances:
+        theo = inst.theoretical_summary
+        debug = inst.debug_info
+        out.append(
+            {
+                "instance_id": inst.instance_id,
+                "instance_group": inst.instance_group,
+                "total_queries": inst.total_queries,
+                "total_blocks_queried": inst.total_blocks_queried,
+                "total_input_tokens": inst.total_input_tokens,
+                "capacities": [
+                    {
+                        "capacity_gb": c.capacity_gb,
+                        "capacity_blocks": c.capacity_blocks,
+                        "total_hits": c.total_hits,
+                        "hit_rate": c.hit_rate,
+                    }
+                    for c in inst.capacity_summaries
+                ],
+                "theoretical": None
+                if theo.total_max_hits < 0
+                else {"total_max_hits": theo.total_max_hits, "max_hit_rate": theo.max_hit_rate},
+                "block_size": debug.block_size,
+                "unique_blocks": debug.unique_keys,
+                "memory_usage_bytes": debug.memory_usage_bytes,
+                "kv_cache_usage_bytes": debug.kv_cache_usage_bytes,
+                "ttl_expired_blocks": debug.ttl_eviction_count,
+            }
+        )
+    return {"instances": out}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fetch ListInstances and print it; 1 on a transport error or an error status."""
+    import grpc
+
+    from litehit_service._proto import optimizer_service_pb2 as pb2
+    from litehit_service.client import OptimizerClient
+
+    try:
+        with OptimizerClient(args.server, timeout=args.timeout, tls_ca=args.tls_ca) as client:
+            response = client.list_instances(args.group)
+    except grpc.RpcError as exc:
+        detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+        print(f"litehit instances: {args.server} unreachable: {detail}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"litehit instances: error: {exc}", file=sys.stderr)
+        return 1
+    status = response.header.status
+    if status.code != pb2.OK:
+        name = pb2.ErrorCode.Name(status.code)
+        print(f"litehit instances: {name}: {status.message}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(to_json(response), indent=2))
+    elif not response.instances:
+        print("no instances registered" + (f" in group {args.group!r}" if args.group else ""))
+    else:
+        sys.stdout.write(format_table(response))
+    return 0

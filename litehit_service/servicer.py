@@ -1,0 +1,259 @@
+"""gRPC servicer of ``kv_cache_manager.proto.optimizer.OptimizerService``.
+
+Each RPC converts its request through :mod:`litehit_service.wire`, calls the
+:class:`~litehit_service.manager.OnlineOptimizerManager`, and answers with gRPC status OK; a
+failure travels in ``header.status`` (code from ``wire.ERROR_TABLE``, message naming the field
+and value). The servicer never raises on bad input: unexpected exceptions are logged and
+reported as ``INTERNAL_ERROR``. Transport problems and limits (message size, admin token) are
+the server's business (:mod:`litehit_service.server`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from litehit_service import wire
+from litehit_service._proto import optimizer_service_pb2 as pb2
+from litehit_service._proto import optimizer_service_pb2_grpc as pb2_grpc
+
+if TYPE_CHECKING:
+    from litehit_service.manager import OnlineOptimizerManager
+    from litehit_service.metrics import ServiceMetrics
+
+log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
+
+_INTERNAL = pb2.INTERNAL_ERROR
+
+
+class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
+    """Serves every OptimizerService RPC from one manager; thread-safe (the manager locks).
+
+    ``metrics`` (optional) receives per-query latencies and error counts.
+    """
+
+    def __init__(
+        self, manager: OnlineOptimizerManager, metrics: ServiceMetrics | None = None
+    ) -> None:
+        self._manager = manager
+        self._metrics = metrics
+
+    # ---------------------------------------------------------------- helpers
+
+    def _error_header(
+        self, method: str, trace_id: str, exc: BaseException
+    ) -> pb2.CommonResponseHeader:
+        code, message = self._classify(method, exc)
+        return wire.error_header(trace_id, code, message)
+
+    def _classify(self, method: str, exc: BaseException) -> tuple[int, str]:
+        """Error code and message of ``exc``; counts it and logs bugs with their traceback."""
+        code = wire.error_code_for(exc)
+        if code == _INTERNAL:
+            log.error("%s failed unexpectedly", method, exc_info=exc)
+        if self._metrics is not None:
+            self._metrics.count_error(method, wire.error_name(code))
+        return code, wire.error_message(exc)
+
+    def _run(
+        self,
+        method: str,
+        trace_id: str,
+        action: Callable[[], _R],
+        on_ok: Callable[[_R], Any],
+        response_type: Callable[..., Any],
+    ) -> Any:
+        """Run ``action``; its result through ``on_ok``, or an error response of the type."""
+        try:
+            return on_ok(action())
+        except Exception as exc:  # every failure becomes a header status
+            return response_type(header=self._error_header(method, trace_id, exc))
+
+    def _common(self, method: str, trace_id: str, action: Callable[[], object]) -> Any:
+        return self._run(
+            method,
+            trace_id,
+            action,
+            lambda _: pb2.CommonResponse(header=wire.ok_header(trace_id)),
+            pb2.CommonResponse,
+        )
+
+    # ---------------------------------------------------------------- groups
+
+    def CreateInstanceGroup(
+        self, request: pb2.CreateInstanceGroupRequest, context: grpc.ServicerContext
+    ) -> pb2.CommonResponse:
+        """Create a group; DUPLICATE_ENTITY when the name exists."""
+        return self._common(
+            "CreateInstanceGroup",
+            request.trace_id,
+            lambda: self._manager.create_group(wire.group_from_pb(request.instance_group)),
+        )
+
+    def UpdateInstanceGroup(
+        self, request: pb2.UpdateInstanceGroupRequest, context: grpc.ServicerContext
+    ) -> pb2.CommonResponse:
+        """Replace a group's settings; INSTANCE_NOT_EXIST when missing."""
+        return self._common(
+            "UpdateInstanceGroup",
+            request.trace_id,
+            lambda: self._manager.update_group(wire.group_from_pb(request.instance_group)),
+        )
+
+    def RemoveInstanceGroup(
+        self, request: pb2.RemoveInstanceGroupRequest, context: grpc.ServicerContext
+    ) -> pb2.CommonResponse:
+        """Remove an empty group; INSTANCE_NOT_EXIST when missing."""
+        return self._common(
+            "RemoveInstanceGroup",
+            request.trace_id,
+            lambda: self._manager.remove_group(request.name),
+        )
+
+    def GetInstanceGroup(
+        self, request: pb2.GetInstanceGroupRequest, context: grpc.ServicerContext
+    ) -> pb2.GetInstanceGroupResponse:
+        """One group by name."""
+        trace_id = request.trace_id
+        return self._run(
+            "GetInstanceGroup",
+            trace_id,
+            lambda: self._manager.get_group(request.name),
+            lambda g: pb2.GetInstanceGroupResponse(
+                header=wire.ok_header(trace_id), instance_group=wire.group_to_pb(g)
+            ),
+            pb2.GetInstanceGroupResponse,
+        )
+
+    def ListInstanceGroups(
+        self, request: pb2.ListInstanceGroupsRequest, context: grpc.ServicerContext
+    ) -> pb2.ListInstanceGroupsResponse:
+        """Every group, sorted by name."""
+        trace_id = request.trace_id
+        return self._run(
+            "ListInstanceGroups",
+            trace_id,
+            self._manager.list_groups,
+            lambda groups: pb2.ListInstanceGroupsResponse(
+                header=wire.ok_header(trace_id),
+                instance_groups=[wire.group_to_pb(g) for g in groups],
+            ),
+            pb2.ListInstanceGroupsResponse,
+        )
+
+    # ---------------------------------------------------------------- instances
+
+    def RegisterInstance(
+        self, request: pb2.OptimizerRegisterInstanceRequest, context: grpc.ServicerContext
+    ) -> pb2.OptimizerRegisterInstanceResponse:
+        """Register (or replace) an instance; answers capacity blocks and bytes per block."""
+        trace_id = request.trace_id
+        return self._run(
+            "RegisterInstance",
+            trace_id,
+            lambda: self._manager.register_instance(wire.registration_from_pb(request)),
+            lambda result: wire.registration_result_to_pb(result, trace_id),
+            pb2.OptimizerRegisterInstanceResponse,
+        )
+
+    def RemoveInstance(
+        self, request: pb2.OptimizerRemoveInstanceRequest, context: grpc.ServicerContext
+    ) -> pb2.OptimizerRemoveInstanceResponse:
+        """Forget an instance (memory, registry and metrics)."""
+        trace_id = request.trace_id
+        return self._run(
+            "RemoveInstance",
+            trace_id,
+            lambda: self._manager.remove_instance(request.instance_id),
+            lambda _: pb2.OptimizerRemoveInstanceResponse(header=wire.ok_header(trace_id)),
+            pb2.OptimizerRemoveInstanceResponse,
+        )
+
+    def GetInstance(
+        self, request: pb2.OptimizerGetInstanceRequest, context: grpc.ServicerContext
+    ) -> pb2.OptimizerGetInstanceResponse:
+        """An instance's registration."""
+        trace_id = request.trace_id
+        return self._run(
+            "GetInstance",
+            trace_id,
+            lambda: self._manager.get_instance(request.instance_id),
+            lambda reg: wire.registration_to_pb(reg, trace_id),
+            pb2.OptimizerGetInstanceResponse,
+        )
+
+    def ListInstances(
+        self, request: pb2.OptimizerListInstancesRequest, context: grpc.ServicerContext
+    ) -> pb2.OptimizerListInstancesResponse:
+        """Cumulative statistics per instance (optionally one group), sorted by instance_id."""
+        trace_id = request.trace_id
+        return self._run(
+            "ListInstances",
+            trace_id,
+            lambda: self._manager.list_instances(request.instance_group),
+            lambda summaries: pb2.OptimizerListInstancesResponse(
+                header=wire.ok_header(trace_id),
+                instances=[wire.summary_to_pb(s) for s in summaries],
+            ),
+            pb2.OptimizerListInstancesResponse,
+        )
+
+    def ResetStats(
+        self, request: pb2.OptimizerResetStatsRequest, context: grpc.ServicerContext
+    ) -> pb2.OptimizerResetStatsResponse:
+        """Fresh LRU state and zeroed counters for one instance."""
+        trace_id = request.trace_id
+        return self._run(
+            "ResetStats",
+            trace_id,
+            lambda: self._manager.reset_stats(request.instance_id),
+            lambda _: pb2.OptimizerResetStatsResponse(header=wire.ok_header(trace_id)),
+            pb2.OptimizerResetStatsResponse,
+        )
+
+    # ---------------------------------------------------------------- queries
+
+    def _answer(self, method: str, request: pb2.TraceQueryRequest) -> dict[str, Any]:
+        """Process one query; the response's constructor fields. O(keys + slots)."""
+        start = perf_counter()
+        try:
+            result = self._manager.trace_query(
+                request.instance_id,
+                request.block_keys,
+                request.input_token_len,
+                len(request.token_ids),
+                request.timestamp_ns,
+            )
+        except Exception as exc:  # every failure becomes a header status
+            code, message = self._classify(method, exc)
+            fields = wire.trace_error_fields(request.trace_id, code, message)
+        else:
+            fields = wire.trace_result_fields(result, request.trace_id)
+        if self._metrics is not None:
+            self._metrics.observe_query(method, perf_counter() - start)
+        return fields
+
+    def TraceQuery(
+        self, request: pb2.TraceQueryRequest, context: grpc.ServicerContext
+    ) -> pb2.TraceQueryResponse:
+        """Replay one request's block keys; hits per capacity slot and theoretical."""
+        return pb2.TraceQueryResponse(**self._answer("TraceQuery", request))
+
+    def TraceQueryStream(
+        self, request_iterator: Iterable[pb2.TraceQueryBatchRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb2.TraceQueryBatchResponse]:
+        """One response batch per request batch, results in order, each with its own header.
+
+        Queries are applied in arrival order; a failing query only sets its own header. The
+        batch is built in one constructor call from plain fields (see wire).
+        """
+        answer = self._answer
+        batch_type = pb2.TraceQueryBatchResponse
+        for batch in request_iterator:
+            yield batch_type(results=[answer("TraceQueryStream", q) for q in batch.queries])

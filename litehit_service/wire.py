@@ -1,0 +1,296 @@
+"""The one conversion point between wire messages (pb2) and domain values, and the error table.
+
+Everything that turns a protobuf message into a :mod:`litehit_service.model` value (or back)
+lives here, as does the single mapping from exceptions to wire ``ErrorCode`` values. Units are
+those of the proto: capacities in GiB, sizes in bytes, ``block_size`` in tokens per block, hit
+counts in blocks. Converters are O(size of the message) unless noted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litehit_core import InvalidRequestError
+from litehit_service._proto import optimizer_service_pb2 as pb2
+from litehit_service.errors import (
+    DuplicateEntity,
+    InstanceNotExist,
+    InvalidArgument,
+    OptimizerError,
+    RegistryIOError,
+    ServiceNotReady,
+    Unsupported,
+)
+from litehit_service.model import (
+    InstanceGroup,
+    InstanceRegistration,
+    InstanceSummary,
+    LocationSpec,
+    LocationSpecGroup,
+    RegistrationResult,
+    TraceQueryResult,
+)
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+#: THE error table: domain exception class -> wire ErrorCode value.
+ERROR_TABLE: dict[type[OptimizerError], int] = {
+    InvalidArgument: pb2.INVALID_ARGUMENT,
+    Unsupported: pb2.UNSUPPORTED,
+    DuplicateEntity: pb2.DUPLICATE_ENTITY,
+    InstanceNotExist: pb2.INSTANCE_NOT_EXIST,
+    RegistryIOError: pb2.IO_ERROR,
+    ServiceNotReady: pb2.SERVICE_NOT_READY,
+}
+
+
+def error_code_for(exc: BaseException) -> int:
+    """The wire ``ErrorCode`` of ``exc``. O(depth of the class hierarchy).
+
+    Table entries match subclasses too; :class:`litehit_core.InvalidRequestError` is
+    ``INVALID_ARGUMENT``; anything else (a bug) is ``INTERNAL_ERROR``.
+    """
+    for cls in type(exc).__mro__:
+        code = ERROR_TABLE.get(cls)  # type: ignore[call-overload]
+        if code is not None:
+            return code
+    if isinstance(exc, InvalidRequestError):
+        return pb2.INVALID_ARGUMENT
+    return pb2.INTERNAL_ERROR
+
+
+def error_name(code: int) -> str:
+    """``ErrorCode`` name of ``code`` (e.g. ``"INVALID_ARGUMENT"``), used as a metrics label."""
+    return pb2.ErrorCode.Name(code)
+
+
+def error_message(exc: BaseException) -> str:
+    """Message for ``header.status.message``: the domain message, or type and text of a bug."""
+    if isinstance(exc, (OptimizerError, InvalidRequestError)):
+        return str(exc)
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def ok_header(trace_id: str) -> pb2.CommonResponseHeader:
+    """A header with status OK echoing ``trace_id`` as ``request_id``."""
+    return pb2.CommonResponseHeader(status=pb2.Status(code=pb2.OK), request_id=trace_id)
+
+
+def error_header(trace_id: str, code: int, message: str) -> pb2.CommonResponseHeader:
+    """A header carrying an error ``code`` and ``message``."""
+    return pb2.CommonResponseHeader(
+        status=pb2.Status(code=code, message=message), request_id=trace_id
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Instance groups
+# --------------------------------------------------------------------------------------------
+
+_POLICY_FROM_PB = {
+    pb2.OPTIMIZER_EVICTION_POLICY_UNSPECIFIED: "unspecified",
+    pb2.OPTIMIZER_EVICTION_POLICY_LRU: "lru",
+}
+_POLICY_TO_PB = {name: value for value, name in _POLICY_FROM_PB.items()}
+
+
+def eviction_policy_from_pb(value: int) -> str:
+    """Wire enum value -> domain policy name; an unknown value raises InvalidArgument."""
+    try:
+        return _POLICY_FROM_PB[value]
+    except KeyError:
+        raise InvalidArgument(
+            f"instance_group.eviction_policy: unknown value {value} "
+            "(expected OPTIMIZER_EVICTION_POLICY_LRU)"
+        ) from None
+
+
+def eviction_policy_to_pb(policy: str) -> int:
+    """Domain policy name -> wire enum value; an unknown name raises InvalidArgument."""
+    try:
+        return _POLICY_TO_PB[policy]
+    except KeyError:
+        raise InvalidArgument(
+            f"eviction_policy: unknown policy {policy!r} (expected 'lru')"
+        ) from None
+
+
+def group_from_pb(msg: pb2.OptimizerInstanceGroupProto) -> InstanceGroup:
+    """Wire group -> domain group (no validation beyond the enum; the manager validates)."""
+    return InstanceGroup(
+        name=msg.name,
+        capacity_gb=tuple(msg.capacity_gb),
+        eviction_policy=eviction_policy_from_pb(msg.eviction_policy),
+        shared_group_quota=msg.shared_group_quota,
+        ttl_seconds=msg.ttl_seconds,
+        enable_theoretical_max_cache=msg.enable_theoretical_max_cache,
+        enable_prefix_hash=msg.enable_prefix_hash,
+    )
+
+
+def group_to_pb(group: InstanceGroup) -> pb2.OptimizerInstanceGroupProto:
+    """Domain group -> wire group."""
+    return pb2.OptimizerInstanceGroupProto(
+        name=group.name,
+        eviction_policy=eviction_policy_to_pb(group.eviction_policy),
+        capacity_gb=group.capacity_gb,
+        shared_group_quota=group.shared_group_quota,
+        ttl_seconds=group.ttl_seconds,
+        enable_theoretical_max_cache=group.enable_theoretical_max_cache,
+        enable_prefix_hash=group.enable_prefix_hash,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Instances
+# --------------------------------------------------------------------------------------------
+
+
+def registration_from_pb(
+    msg: pb2.OptimizerRegisterInstanceRequest | pb2.OptimizerGetInstanceResponse,
+) -> InstanceRegistration:
+    """RegisterInstance request (or GetInstance response) -> domain registration."""
+    return InstanceRegistration(
+        instance_id=msg.instance_id,
+        instance_group=msg.instance_group,
+        block_size=msg.block_size,
+        location_spec_infos=tuple(LocationSpec(s.name, s.size) for s in msg.location_spec_infos),
+        location_spec_groups=tuple(
+            LocationSpecGroup(g.name, tuple(g.spec_names)) for g in msg.location_spec_groups
+        ),
+        full_location_spec_group_name=msg.optimizer_state_info.full_location_spec_group_name,
+        linear_location_spec_group_name=msg.optimizer_state_info.linear_location_spec_group_name,
+        linear_step=msg.linear_step,
+    )
+
+
+def _registration_fields(reg: InstanceRegistration) -> dict[str, Any]:
+    return {
+        "instance_group": reg.instance_group,
+        "instance_id": reg.instance_id,
+        "block_size": reg.block_size,
+        "location_spec_infos": [
+            pb2.LocationSpecInfo(name=s.name, size=s.size) for s in reg.location_spec_infos
+        ],
+        "location_spec_groups": [
+            pb2.LocationSpecGroup(name=g.name, spec_names=g.spec_names)
+            for g in reg.location_spec_groups
+        ],
+        "optimizer_state_info": pb2.OptimizerStateInfo(
+            full_location_spec_group_name=reg.full_location_spec_group_name,
+            linear_location_spec_group_name=reg.linear_location_spec_group_name,
+        ),
+        "linear_step": reg.linear_step,
+    }
+
+
+def registration_to_request_pb(
+    reg: InstanceRegistration, trace_id: str = ""
+) -> pb2.OptimizerRegisterInstanceRequest:
+    """Domain registration -> RegisterInstance request (used by clients and tests)."""
+    return pb2.OptimizerRegisterInstanceRequest(trace_id=trace_id, **_registration_fields(reg))
+
+
+def registration_to_pb(
+    reg: InstanceRegistration, trace_id: str
+) -> pb2.OptimizerGetInstanceResponse:
+    """Domain registration -> successful GetInstance response."""
+    return pb2.OptimizerGetInstanceResponse(header=ok_header(trace_id), **_registration_fields(reg))
+
+
+def registration_result_to_pb(
+    result: RegistrationResult, trace_id: str
+) -> pb2.OptimizerRegisterInstanceResponse:
+    """Domain registration result -> successful RegisterInstance response."""
+    return pb2.OptimizerRegisterInstanceResponse(
+        header=ok_header(trace_id),
+        estimated_capacity_blocks=result.estimated_capacity_blocks,
+        size_full_only=result.size_full_only,
+        size_full_linear=result.size_full_linear,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Trace queries (hot path)
+# --------------------------------------------------------------------------------------------
+
+_OK = pb2.OK
+
+
+def trace_result_fields(result: TraceQueryResult, trace_id: str) -> dict[str, Any]:
+    """Constructor fields of a successful TraceQueryResponse, as plain dicts and lists.
+
+    Plain values let protobuf build the whole message (or a whole batch, see
+    ``TraceQueryBatchResponse(results=[...])``) in one C-level constructor call, which is
+    several times cheaper than creating and copying sub-messages. O(capacity slots).
+    """
+    t = result.theoretical
+    return {
+        "header": {"status": {"code": _OK}, "request_id": trace_id},
+        "total_blocks": result.total_blocks,
+        "input_token_len": result.input_token_len,
+        "capacity_results": [
+            {
+                "capacity_gb": c.capacity_gb,
+                "cache_hit_count": c.cache_hit_count,
+                "hit_rate": c.hit_rate,
+                "current_unique_keys": c.current_unique_keys,
+            }
+            for c in result.capacity_results
+        ],
+        "theoretical_result": {
+            "max_hit_count": t.max_hit_count,
+            "current_unique_keys": t.current_unique_keys,
+            "hit_rate": t.hit_rate,
+        },
+    }
+
+
+def trace_error_fields(trace_id: str, code: int, message: str) -> dict[str, Any]:
+    """Constructor fields of a failed TraceQueryResponse (only the header is set)."""
+    return {"header": {"status": {"code": code, "message": message}, "request_id": trace_id}}
+
+
+def trace_result_to_pb(result: TraceQueryResult, trace_id: str) -> pb2.TraceQueryResponse:
+    """Domain query result -> successful TraceQuery response. O(capacity slots)."""
+    return pb2.TraceQueryResponse(**trace_result_fields(result, trace_id))
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+
+def summary_to_pb(s: InstanceSummary) -> pb2.OptimizerInstanceSummary:
+    """Domain instance summary -> wire summary (theoretical fields -1 when disabled)."""
+    d = s.debug_info
+    return pb2.OptimizerInstanceSummary(
+        instance_id=s.instance_id,
+        instance_group=s.instance_group,
+        total_queries=s.total_queries,
+        total_blocks_queried=s.total_blocks_queried,
+        total_input_tokens=s.total_input_tokens,
+        capacity_summaries=[
+            pb2.OptimizerCapacitySummary(
+                capacity_gb=c.capacity_gb,
+                total_hits=c.total_hits,
+                hit_rate=c.hit_rate,
+                capacity_blocks=c.capacity_blocks,
+            )
+            for c in s.capacity_summaries
+        ],
+        theoretical_summary=pb2.OptimizerTheoreticalSummary(
+            total_max_hits=s.total_max_hits, max_hit_rate=s.max_hit_rate
+        ),
+        debug_info=pb2.OptimizerInstanceDebugInfo(
+            block_size=d.block_size,
+            unique_keys=d.unique_keys,
+            linear_step=d.linear_step,
+            eviction_count=d.eviction_count,
+            memory_usage_bytes=d.memory_usage_bytes,
+            kv_cache_usage_bytes=d.kv_cache_usage_bytes,
+            ttl_eviction_count=d.ttl_eviction_count,
+        ),
+    )

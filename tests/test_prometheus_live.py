@@ -1,0 +1,227 @@
+"""Real Prometheus scrapes a real ``litehit serve``; values are read back through PromQL.
+
+Needs the ``prometheus`` and ``promtool`` binaries (Debian package ``prometheus``; .ci/run
+installs it). Skipped locally when they are missing; under CI (``CI`` set) a missing
+binary is a failure, so the test can never silently vanish from the pipeline.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from litehit_service.client import OptimizerClient
+from litehit_service.model import (
+    InstanceGroup,
+    InstanceRegistration,
+    LocationSpec,
+    LocationSpecGroup,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 1024**3
+
+
+def _need(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{binary} is not installed; .ci/run must apt-get install prometheus")
+        pytest.skip(f"{binary} not installed")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read()
+
+
+def _dashboard_names():
+    spec = importlib.util.spec_from_file_location(
+        "dashboard_names", Path(__file__).with_name("dashboard_names.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def litehit_server(tmp_path):
+    """``litehit serve`` as a subprocess on ephemeral ports: yields (grpc_addr, metrics_addr)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "litehit_service",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("litehit serving "), (
+            line,
+            proc.stderr.read() if proc.poll() else "",
+        )
+        fields = dict(part.split("=", 1) for part in line.split()[2:])
+        yield fields["grpc"], fields["metrics"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def _run_worked_example(grpc_addr: str) -> None:
+    with OptimizerClient(grpc_addr) as client:
+        client.wait_until_ready(10)
+        group = InstanceGroup(
+            name="g",
+            capacity_gb=(2048 / GIB, 3072 / GIB),
+            enable_theoretical_max_cache=True,
+        )
+        assert client.create_instance_group(group).header.status.code == 1
+        reg = InstanceRegistration(
+            instance_id="i1",
+            instance_group="g",
+            block_size=4,
+            location_spec_infos=(LocationSpec("hbm", 1024),),
+            location_spec_groups=(LocationSpecGroup("full", ("hbm",)),),
+            full_location_spec_group_name="full",
+        )
+        assert client.register_instance(reg).header.status.code == 1
+        a, b, c, d, e = 1, 2, 3, 4, 5
+        for keys, tokens in (
+            ([a, b, c], 13),
+            ([a, b, d], 12),
+            ([a, b, c], 13),
+            ([a, e], 8),
+            ([a, e], 8),
+        ):
+            assert client.trace_query("i1", keys, tokens).header.status.code == 1
+        # one error so the errors counter exists
+        assert client.trace_query("nope", [1], 4).header.status.code == 8
+
+
+def _query(prom: str, expr: str) -> list[dict]:
+    url = f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    body = json.loads(_get(url))
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_prometheus_scrapes_litehit(litehit_server, tmp_path):
+    prometheus = _need("prometheus")
+    promtool = _need("promtool")
+    grpc_addr, metrics_addr = litehit_server
+    _run_worked_example(grpc_addr)
+
+    page = _get(f"http://{metrics_addr}/metrics")
+    dump = tmp_path / "metrics.txt"
+    dump.write_bytes(page)
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=page, capture_output=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    names = _dashboard_names()
+    missing = names.dashboard_metric_names() - names.exposed_metric_names(page.decode())
+    assert not missing, f"dashboard uses metrics the service does not export: {missing}"
+
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "scrape_configs:\n  - job_name: litehit\n    static_configs:\n"
+        f"      - targets: ['{metrics_addr}']\n"
+    )
+    check = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    prom = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        result: list[dict] = []
+        while time.monotonic() < deadline:
+            assert prom.poll() is None, prom.stderr.read().decode()
+            try:
+                result = _query(base, 'litehit_trace_queries_total{instance_id="i1"}')
+            except OSError:
+                result = []
+            if result:
+                break
+            time.sleep(0.5)
+        assert result, "Prometheus never scraped litehit"
+        labels = result[0]["metric"]
+        assert labels["instance_group"] == "g" and labels["job"] == "litehit"
+        assert float(result[0]["value"][1]) == 5
+
+        def scalar(expr: str) -> float:
+            rows = _query(base, expr)
+            assert len(rows) == 1, (expr, rows)
+            return float(rows[0]["value"][1])
+
+        assert scalar('litehit_input_tokens_total{instance_id="i1"}') == 54
+        assert scalar('litehit_queried_blocks_total{instance_id="i1"}') == 13
+        assert scalar('litehit_theoretical_hit_tokens_total{instance_id="i1"}') == 32
+        hits = _query(base, 'litehit_hit_tokens_total{instance_id="i1"}')
+        assert sorted(float(r["value"][1]) for r in hits) == [28, 28]
+        assert len({r["metric"]["capacity_gb"] for r in hits}) == 2
+        rate = scalar(
+            'sum(litehit_theoretical_hit_tokens_total{instance_id="i1"})'
+            ' / sum(litehit_input_tokens_total{instance_id="i1"})'
+        )
+        assert rate == pytest.approx(32 / 54)
+        assert scalar('litehit_unique_blocks{instance_id="i1"}') == 5
+        assert scalar('litehit_kv_cache_usage_bytes{instance_id="i1"}') == 3 * 1024
+        errors = _query(base, "litehit_errors_total")
+        assert [(r["metric"]["code"], float(r["value"][1])) for r in errors] == [
+            ("INSTANCE_NOT_EXIST", 1.0)
+        ]
+        latency = scalar('sum(litehit_trace_query_duration_seconds_count{method="TraceQuery"})')
+        assert latency == 6
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            prom.kill()

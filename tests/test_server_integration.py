@@ -1,0 +1,802 @@
+"""The real gRPC server on 127.0.0.1 (ephemeral ports), the client, the CLI and `litehit serve`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from litehit_service._proto import optimizer_service_pb2 as pb2
+from litehit_service.client import OptimizerClient
+from litehit_service.commands import instances as instances_cmd
+from litehit_service.commands import serve as serve_cmd
+from litehit_service.errors import InvalidArgument
+from litehit_service.manager import OnlineOptimizerManager
+from litehit_service.metrics import ServiceMetrics
+from litehit_service.model import (
+    InstanceGroup,
+    InstanceRegistration,
+    LocationSpec,
+    LocationSpecGroup,
+)
+from litehit_service.registry import Registry
+from litehit_service.server import apply_groups, create_server, load_groups_file
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 1024**3
+CAP2, CAP3 = 2048 / GIB, 3072 / GIB
+LRU = pb2.OPTIMIZER_EVICTION_POLICY_LRU
+WORKED_EXAMPLE = [([1, 2, 3], 13), ([1, 2, 4], 12), ([1, 2, 3], 13), ([1, 5], 8), ([1, 5], 8)]
+MUTATING = (
+    "CreateInstanceGroup",
+    "UpdateInstanceGroup",
+    "RemoveInstanceGroup",
+    "RegisterInstance",
+    "RemoveInstance",
+    "ResetStats",
+)
+
+EXAMPLE_GROUP = InstanceGroup("g", (CAP2, CAP3), enable_theoretical_max_cache=True)
+EXAMPLE_REG = InstanceRegistration(
+    "inst", "g", 4, (LocationSpec("kv", 1024),), (LocationSpecGroup("full", ("kv",)),)
+)
+
+
+class Live:
+    """A started server around a real manager (SQLite registry in a temp dir)."""
+
+    def __init__(self, tmp_path: Path, **server_kwargs) -> None:
+        max_block_keys = server_kwargs.pop("max_block_keys", 1_000_000)
+        self.registry = Registry(tmp_path / "litehit.sqlite3")
+        self.manager = OnlineOptimizerManager(self.registry, max_block_keys=max_block_keys)
+        self.metrics = ServiceMetrics(self.manager)
+        self.server, self.port = create_server(
+            self.manager, self.metrics, "127.0.0.1:0", **server_kwargs
+        )
+        self.server.start()
+        self.target = f"127.0.0.1:{self.port}"
+
+    def client(self, **kwargs) -> OptimizerClient:
+        kwargs.setdefault("timeout", 5.0)
+        return OptimizerClient(self.target, **kwargs)
+
+    def stop(self) -> None:
+        self.server.stop(0).wait()
+        self.registry.close()
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    server = Live(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(live: Live) -> Iterator[OptimizerClient]:
+    with live.client() as c:
+        yield c
+
+
+def setup_example(client: OptimizerClient) -> None:
+    assert client.create_instance_group(EXAMPLE_GROUP).header.status.code == pb2.OK
+    assert client.register_instance(EXAMPLE_REG).header.status.code == pb2.OK
+
+
+# ------------------------------------------------------------------------------- every RPC
+
+
+def test_every_rpc_over_a_socket(client: OptimizerClient):
+    created = client.create_instance_group(
+        pb2.OptimizerInstanceGroupProto(name="tmp", eviction_policy=LRU, capacity_gb=[4.0, 1.0]),
+        trace_id="c1",
+    )
+    assert (created.header.status.code, created.header.request_id) == (pb2.OK, "c1")
+    updated = client.update_instance_group(
+        InstanceGroup("tmp", (2.0,), ttl_seconds=5), trace_id="u1"
+    )
+    assert updated.header.status.code == pb2.OK
+    got = client.get_instance_group("tmp")
+    assert got.instance_group == pb2.OptimizerInstanceGroupProto(
+        name="tmp", eviction_policy=LRU, capacity_gb=[2.0], ttl_seconds=5
+    )
+    setup_example(client)
+    assert [g.name for g in client.list_instance_groups().instance_groups] == ["g", "tmp"]
+    inst = client.get_instance("inst", trace_id="gi")
+    assert (inst.header.request_id, inst.instance_group, inst.block_size) == ("gi", "g", 4)
+
+    hits, theoretical = [], []
+    for keys, tokens in WORKED_EXAMPLE:
+        r = client.trace_query("inst", keys, tokens, trace_id="tq")
+        assert r.header.status.code == pb2.OK and r.header.request_id == "tq"
+        hits.append([c.cache_hit_count for c in r.capacity_results])
+        theoretical.append(r.theoretical_result.max_hit_count)
+    assert hits == [[0, 0], [2, 2], [2, 2], [1, 1], [2, 2]]
+    assert theoretical == [0, 2, 3, 1, 2]
+
+    listed = client.list_instances()
+    (summary,) = listed.instances
+    assert [c.hit_rate for c in summary.capacity_summaries] == [28 / 54, 28 / 54]
+    assert [c.capacity_blocks for c in summary.capacity_summaries] == [2, 3]
+    assert summary.theoretical_summary.max_hit_rate == 32 / 54
+    assert list(client.list_instances("tmp").instances) == []
+
+    assert client.reset_stats("inst").header.status.code == pb2.OK
+    assert client.list_instances().instances[0].total_queries == 0
+    assert client.remove_instance("inst").header.status.code == pb2.OK
+    assert client.remove_instance_group("g").header.status.code == pb2.OK
+    assert client.remove_instance_group("tmp").header.status.code == pb2.OK
+    assert list(client.list_instance_groups().instance_groups) == []
+
+
+def test_every_error_code_over_a_socket(live: Live, client: OptimizerClient):
+    setup_example(client)
+    status = client.create_instance_group(EXAMPLE_GROUP).header.status
+    assert (status.code, status.message) == (
+        pb2.DUPLICATE_ENTITY,
+        "instance group 'g' already exists",
+    )
+    status = client.get_instance_group("nope").header.status
+    assert (status.code, status.message) == (
+        pb2.INSTANCE_NOT_EXIST,
+        "instance group 'nope' does not exist",
+    )
+    status = client.remove_instance_group("g").header.status
+    assert status.code == pb2.INVALID_ARGUMENT and "still has 1 registered" in status.message
+    status = client.create_instance_group(
+        InstanceGroup("s", (1.0,), shared_group_quota=True)
+    ).header.status
+    assert status.code == pb2.UNSUPPORTED
+    status = client.trace_query("ghost", [1], 4).header.status
+    assert (status.code, status.message) == (
+        pb2.INSTANCE_NOT_EXIST,
+        "instance_id 'ghost' is not registered",
+    )
+    status = client.trace_query("inst", [1, 2], 4).header.status
+    assert status.code == pb2.INVALID_ARGUMENT and "len(block_keys) is 2" in status.message
+    live.registry.close()
+    status = client.remove_instance("inst").header.status
+    assert (status.code, status.message) == (
+        pb2.IO_ERROR,
+        f"registry {str(live.registry.path)!r}: delete_instance 'inst' failed: registry is closed",
+    )
+    assert client.get_instance("inst").header.status.code == pb2.OK  # still registered
+
+
+def test_max_block_keys_limit(tmp_path: Path):
+    live = Live(tmp_path, max_block_keys=3)
+    try:
+        with live.client() as client:
+            setup_example(client)
+            assert client.trace_query("inst", [1, 2, 3], 12).header.status.code == pb2.OK
+            status = client.trace_query("inst", [1, 2, 3, 4], 16).header.status
+            assert (status.code, status.message) == (
+                pb2.INVALID_ARGUMENT,
+                "block_keys has 4 keys, more than max_block_keys 3",
+            )
+    finally:
+        live.stop()
+
+
+def test_max_message_bytes_is_a_grpc_error(tmp_path: Path):
+    live = Live(tmp_path, max_message_bytes=1024)
+    try:
+        with live.client() as client:
+            setup_example(client)
+            with pytest.raises(grpc.RpcError) as info:
+                client.trace_query("inst", list(range(10**12, 10**12 + 400)), 1600)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert client.trace_query("inst", [1, 2], 8).header.status.code == pb2.OK
+            assert client.list_instances().instances[0].total_queries == 1
+    finally:
+        live.stop()
+
+
+def test_port_in_use_raises_oserror(live: Live):
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{live.port}"):
+        create_server(live.manager, None, f"127.0.0.1:{live.port}")
+
+
+# ------------------------------------------------------------------------------- streaming
+
+
+def _q(trace_id: str, keys, tokens: int, instance_id: str = "inst") -> pb2.TraceQueryRequest:
+    return pb2.TraceQueryRequest(
+        trace_id=trace_id, instance_id=instance_id, block_keys=keys, input_token_len=tokens
+    )
+
+
+def test_stream_helper_with_a_bad_query_inside_a_batch(client: OptimizerClient):
+    setup_example(client)
+    requests = [_q(f"w{i}", k, t) for i, (k, t) in enumerate(WORKED_EXAMPLE)]
+    requests.insert(2, _q("bad", [1], 4, instance_id="ghost"))
+    requests.insert(4, _q("neg", [1], -3))
+    results = list(client.stream_trace_queries(iter(requests), batch_size=3))
+    assert [r.header.request_id for r in results] == ["w0", "w1", "bad", "w2", "neg", "w3", "w4"]
+    assert [pb2.ErrorCode.Name(r.header.status.code) for r in results] == [
+        "OK",
+        "OK",
+        "INSTANCE_NOT_EXIST",
+        "OK",
+        "INVALID_ARGUMENT",
+        "OK",
+        "OK",
+    ]
+    good = [r for r in results if r.header.status.code == pb2.OK]
+    assert [[c.cache_hit_count for c in r.capacity_results] for r in good] == [
+        [0, 0],
+        [2, 2],
+        [2, 2],
+        [1, 1],
+        [2, 2],
+    ]
+    assert [r.theoretical_result.max_hit_count for r in good] == [0, 2, 3, 1, 2]
+    summary = client.list_instances().instances[0]
+    assert summary.total_queries == 5
+    assert [c.hit_rate for c in summary.capacity_summaries] == [28 / 54, 28 / 54]
+    assert summary.theoretical_summary.max_hit_rate == 32 / 54
+
+
+def test_stream_helper_batches_many_queries_in_order(live: Live, client: OptimizerClient):
+    client.create_instance_group(InstanceGroup("big", (1.0,)))
+    reg = InstanceRegistration(
+        "b", "big", 4, (LocationSpec("kv", 1024),), (LocationSpecGroup("full", ("kv",)),)
+    )
+    client.register_instance(reg)
+    n = 600  # batches of 256, 256, 88
+    requests = (_q(str(i), [i % 7, 100 + i % 3], 8, instance_id="b") for i in range(n))
+    results = list(client.stream_trace_queries(requests))
+    assert [r.header.request_id for r in results] == [str(i) for i in range(n)]
+    assert all(r.header.status.code == pb2.OK for r in results)
+    # raw keys (no prefix hash): key i%7 is cold only on its first use (i < 7), key 100+i%3
+    # only for i < 3, so from query 7 on both blocks hit
+    assert [r.capacity_results[0].cache_hit_count for r in results] == [0] * 7 + [2] * (n - 7)
+    assert live.manager.list_instances("big")[0].total_queries == n
+    with pytest.raises(ValueError, match="batch_size must be > 0, got 0"):
+        next(client.stream_trace_queries([], batch_size=0))
+
+
+# ------------------------------------------------------------------------------- admin token
+
+
+def test_admin_token_guards_only_mutating_rpcs(tmp_path: Path):
+    live = Live(tmp_path, admin_token="s3cret")
+    try:
+        with live.client(admin_token="s3cret") as admin:
+            setup_example(admin)
+        for token in (None, "wrong"):
+            with live.client(admin_token=token, retries=0) as c:
+                stub_calls = {
+                    "CreateInstanceGroup": lambda c=c: c.create_instance_group(
+                        InstanceGroup("x", (1.0,))
+                    ),
+                    "UpdateInstanceGroup": lambda c=c: c.update_instance_group(EXAMPLE_GROUP),
+                    "RemoveInstanceGroup": lambda c=c: c.remove_instance_group("g"),
+                    "RegisterInstance": lambda c=c: c.register_instance(EXAMPLE_REG),
+                    "RemoveInstance": lambda c=c: c.remove_instance("inst"),
+                    "ResetStats": lambda c=c: c.reset_stats("inst"),
+                }
+                assert set(stub_calls) == set(MUTATING)
+                for name, call in stub_calls.items():
+                    with pytest.raises(grpc.RpcError) as info:
+                        call()
+                    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
+                    assert "authorization: Bearer" in info.value.details()
+                # reads and queries stay open
+                assert c.list_instance_groups().header.status.code == pb2.OK
+                assert c.get_instance_group("g").header.status.code == pb2.OK
+                assert c.get_instance("inst").header.status.code == pb2.OK
+                assert c.trace_query("inst", [1, 2], 8).header.status.code == pb2.OK
+                (streamed,) = c.stream_trace_queries([_q("s", [1, 2], 8)])
+                assert streamed.header.status.code == pb2.OK
+                assert c.list_instances().header.status.code == pb2.OK
+        with live.client(admin_token="s3cret") as admin:
+            assert [g.name for g in admin.list_instance_groups().instance_groups] == ["g"]
+            summary = admin.list_instances().instances[0]
+            assert summary.total_queries == 4  # nothing was reset
+            assert admin.reset_stats("inst").header.status.code == pb2.OK
+            assert admin.remove_instance("inst").header.status.code == pb2.OK
+    finally:
+        live.stop()
+
+
+# ------------------------------------------------------------------------------- health, reflection
+
+
+def test_health_and_reflection(live: Live, client: OptimizerClient):
+    assert client.health() == health_pb2.HealthCheckResponse.SERVING
+    assert client.health(pb2.DESCRIPTOR.services_by_name["OptimizerService"].full_name) == (
+        health_pb2.HealthCheckResponse.SERVING
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        client.health("no.such.Service")
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+    database = ProtoReflectionDescriptorDatabase(client.channel)
+    services = set(database.get_services())
+    assert {
+        "kv_cache_manager.proto.optimizer.OptimizerService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= services
+    from google.protobuf.descriptor_pool import DescriptorPool
+
+    pool = DescriptorPool(database)
+    remote = pool.FindMessageTypeByName("kv_cache_manager.proto.optimizer.TraceQueryRequest")
+    assert remote.fields_by_name["timestamp_ns"].number == 6
+    method = pool.FindServiceByName(
+        "kv_cache_manager.proto.optimizer.OptimizerService"
+    ).methods_by_name["TraceQueryStream"]
+    assert method.client_streaming and method.server_streaming
+
+
+# ------------------------------------------------------------------------------- client retries
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_client_retries_until_a_late_server_is_up(tmp_path: Path):
+    port = _free_port()
+    manager = OnlineOptimizerManager()
+    manager.create_group(InstanceGroup("late", (1.0,)))
+    started = threading.Event()
+    holder: dict[str, grpc.Server] = {}
+
+    def start_late() -> None:
+        time.sleep(0.5)
+        server, _ = create_server(manager, None, f"127.0.0.1:{port}")
+        server.start()
+        holder["server"] = server
+        started.set()
+
+    with OptimizerClient(f"127.0.0.1:{port}", timeout=2.0, retries=0) as impatient:
+        with pytest.raises(grpc.RpcError) as info:
+            impatient.list_instance_groups()
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    thread = threading.Thread(target=start_late)
+    thread.start()
+    try:
+        with OptimizerClient(
+            f"127.0.0.1:{port}", timeout=2.0, retries=12, backoff_initial=0.05, backoff_max=0.5
+        ) as patient:
+            assert patient.backoff_delays() == [0.05, 0.1, 0.2, 0.4] + [0.5] * 8
+            response = patient.list_instance_groups()
+        assert started.is_set()
+        assert [g.name for g in response.instance_groups] == ["late"]
+    finally:
+        thread.join()
+        holder["server"].stop(0).wait()
+
+
+def test_client_does_not_retry_other_errors(live: Live):
+    with live.client(retries=5) as c:
+        with pytest.raises(grpc.RpcError) as info:
+            c.health("missing")
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(ValueError, match="retries must be >= 0, got -1"):
+        OptimizerClient("127.0.0.1:1", retries=-1)
+
+
+# ------------------------------------------------------------------------------- TLS
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls(tmp_path: Path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    live = Live(tmp_path, tls_cert=cert, tls_key=key)
+    try:
+        with live.client(tls_ca=cert) as secure:
+            assert secure.list_instance_groups().header.status.code == pb2.OK
+        with live.client(retries=0, timeout=2.0) as plain:
+            with pytest.raises(grpc.RpcError):
+                plain.list_instance_groups()
+    finally:
+        live.stop()
+    with pytest.raises(ValueError, match="TLS needs both a certificate and a key"):
+        create_server(OnlineOptimizerManager(), None, tls_cert=cert)
+
+
+# ------------------------------------------------------------------------------- groups file
+
+
+GROUPS_YAML = """\
+instance_groups:
+  - name: g
+    eviction_policy: lru
+    capacity_gb: [0.0000028610229492187500, 0.0000019073486328125]
+    enable_theoretical_max_cache: true
+instances:
+  - instance_id: inst
+    instance_group: g
+    block_size: 4
+    location_spec_infos: [{name: kv, size: 1024}]
+    location_spec_groups: [{name: full, spec_names: [kv]}]
+"""
+
+
+def test_load_groups_file_yaml_and_json(tmp_path: Path):
+    yaml_file = tmp_path / "groups.yaml"
+    yaml_file.write_text(GROUPS_YAML)
+    groups, regs = load_groups_file(yaml_file)
+    assert groups == [InstanceGroup("g", (CAP3, CAP2), enable_theoretical_max_cache=True)]
+    assert regs == [EXAMPLE_REG]
+    json_file = tmp_path / "groups.json"
+    json_file.write_text(
+        json.dumps(
+            {
+                "instance_groups": [{"name": "j", "capacity_gb": [1], "ttl_seconds": 30}],
+                "instances": [
+                    {
+                        "instance_id": "i",
+                        "instance_group": "j",
+                        "block_size": 16,
+                        "location_spec_infos": [
+                            {"name": "k", "size": 10},
+                            {"name": "v", "size": 20},
+                        ],
+                        "location_spec_groups": [{"name": "f", "spec_names": ["k", "v"]}],
+                        "optimizer_state_info": {"full_location_spec_group_name": "f"},
+                    }
+                ],
+            }
+        )
+    )
+    groups, regs = load_groups_file(json_file)
+    assert groups == [InstanceGroup("j", (1.0,), eviction_policy="lru", ttl_seconds=30)]
+    assert regs[0].full_location_spec_group_name == "f"
+    assert regs[0].location_spec_infos == (LocationSpec("k", 10), LocationSpec("v", 20))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_groups_file(empty) == ([], [])
+
+
+def test_groups_file_errors_name_the_file_entry_and_field(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    where = f"groups file {str(bad)!r}"
+    bad.write_text("instance_groups:\n  - name: g\n    capacity: [1]\n")
+    with pytest.raises(InvalidArgument) as info:
+        load_groups_file(bad)
+    assert str(info.value).startswith(
+        f"{where}: instance_groups[0].capacity: unknown field 'capacity'"
+    )
+    bad.write_text("instance_groups: {}\n")
+    with pytest.raises(InvalidArgument) as info:
+        load_groups_file(bad)
+    assert str(info.value) == f"{where}: instance_groups must be a list, got dict"
+    bad.write_text("groups: []\n")
+    with pytest.raises(InvalidArgument) as info:
+        load_groups_file(bad)
+    assert str(info.value) == (
+        f"{where} has unknown keys ['groups'] (expected 'instance_groups', 'instances')"
+    )
+    bad.write_text("instances: [{instance_id: i, instance_group: g, block_size: many}]\n")
+    with pytest.raises(InvalidArgument) as info:
+        load_groups_file(bad)
+    assert str(info.value) == (
+        f'{where}: instances[0].block_size: must be an integer, got string "many"'
+    )
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(InvalidArgument, match="is not valid JSON"):
+        load_groups_file(broken)
+    broken_yaml = tmp_path / "broken.yaml"
+    broken_yaml.write_text("instance_groups: [\n")
+    with pytest.raises(InvalidArgument, match="is not valid YAML"):
+        load_groups_file(broken_yaml)
+    with pytest.raises(InvalidArgument, match="cannot be read"):
+        load_groups_file(tmp_path / "missing.yaml")
+
+
+def test_apply_groups_is_idempotent_and_all_or_nothing():
+    manager = OnlineOptimizerManager(Registry.in_memory())
+    assert apply_groups(manager, [EXAMPLE_GROUP], [EXAMPLE_REG]) == [
+        "created group g",
+        "registered instance inst",
+    ]
+    manager.trace_query("inst", [1, 2], 8)
+    assert apply_groups(manager, [EXAMPLE_GROUP], [EXAMPLE_REG]) == []
+    assert manager.list_instances()[0].total_queries == 1  # untouched
+
+    bigger = InstanceGroup("g", (1.0,), enable_theoretical_max_cache=True)
+    assert apply_groups(manager, [bigger], [EXAMPLE_REG]) == ["updated group g"]
+    assert manager.get_group("g").capacity_gb == (1.0,)
+    assert manager.get_instance("inst") == EXAMPLE_REG
+
+    broken = InstanceRegistration(
+        "new", "g", 0, EXAMPLE_REG.location_spec_infos, EXAMPLE_REG.location_spec_groups
+    )
+    with pytest.raises(InvalidArgument, match="block_size of instance_id 'new'"):
+        apply_groups(manager, [InstanceGroup("other", (2.0,))], [broken])
+    assert [g.name for g in manager.list_groups()] == ["g"]  # the valid group was not created
+
+
+# ------------------------------------------------------------------------------- CLI pieces
+
+
+def test_serve_options_flag_beats_env_beats_default():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    serve_cmd.register(sub)
+    args = parser.parse_args(["serve", "--listen", "0.0.0.0:1"])
+    values = serve_cmd.resolve(args, {"LITEHIT_LISTEN": "1.2.3.4:5", "LITEHIT_MAX_BLOCK_KEYS": "7"})
+    assert values["listen"] == "0.0.0.0:1"
+    assert values["max_block_keys"] == 7
+    assert values["metrics_listen"] == "127.0.0.1:9464"
+    assert values["data_dir"] == "./litehit-data"
+    assert values["grace_seconds"] == 10.0
+    with pytest.raises(ValueError, match=r"LITEHIT_MAX_MESSAGE_BYTES: invalid value 'lots'"):
+        serve_cmd.resolve(args, {"LITEHIT_MAX_MESSAGE_BYTES": "lots"})
+    args = parser.parse_args(["serve", "--max-block-keys", "0"])
+    with pytest.raises(ValueError, match=r"--max-block-keys: invalid value '0' \(must be > 0\)"):
+        serve_cmd.resolve(args, {})
+
+
+def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
+    setup_example(client)
+    for keys, tokens in WORKED_EXAMPLE:
+        client.trace_query("inst", keys, tokens)
+    args = argparse.Namespace(server=live.target, group="", json=False, timeout=5.0, tls_ca=None)
+    assert instances_cmd.run(args) == 0
+    memory = instances_cmd.format_bytes(
+        live.manager.list_instances()[0].debug_info.memory_usage_bytes
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == list(instances_cmd.COLUMNS)
+    assert lines[1].split() == [
+        "inst",
+        "g",
+        "5",
+        "1.90735e-06",
+        "2",
+        "51.85%",
+        "59.26%",
+        "5",
+        *memory.split(),
+    ]
+    assert lines[2].split() == ["2.86102e-06", "3", "51.85%"]
+    assert len(lines) == 3
+
+    args.json = True
+    assert instances_cmd.run(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    (inst,) = data["instances"]
+    assert inst["capacities"] == [
+        {"capacity_gb": CAP2, "capacity_blocks": 2, "total_hits": 7, "hit_rate": 28 / 54},
+        {"capacity_gb": CAP3, "capacity_blocks": 3, "total_hits": 7, "hit_rate": 28 / 54},
+    ]
+    assert inst["theoretical"] == {"total_max_hits": 8, "max_hit_rate": 32 / 54}
+    assert (inst["total_queries"], inst["total_input_tokens"], inst["unique_blocks"]) == (5, 54, 5)
+
+    args.json, args.group = False, "nope"
+    assert instances_cmd.run(args) == 1
+    assert capsys.readouterr().err == (
+        "litehit instances: INSTANCE_NOT_EXIST: instance group 'nope' does not exist\n"
+    )
+
+
+def test_format_helpers():
+    assert instances_cmd.format_bytes(512) == "512 B"
+    assert instances_cmd.format_bytes(1536) == "1.5 KiB"
+    assert instances_cmd.format_bytes(3 * GIB) == "3.0 GiB"
+    assert instances_cmd.format_percent(28 / 54) == "51.85%"
+    assert instances_cmd.format_percent(-1.0) == "-"
+
+
+# ------------------------------------------------------------------------------- litehit serve
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LITEHIT_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+class ServeProcess:
+    """``python -m litehit_service serve`` with ports 0; parses the announced addresses."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "litehit_service",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(
+            target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True
+        )
+        self._reader.start()
+        self.lines = lines
+        try:
+            first = lines.get(timeout=60)
+        except queue.Empty:
+            self.proc.kill()
+            raise AssertionError("litehit serve printed nothing") from None
+        assert first.startswith("litehit serving grpc=127.0.0.1:"), (
+            first + self.proc.stderr.read() if self.proc.poll() is not None else first
+        )
+        fields = dict(part.split("=", 1) for part in first.split()[2:])
+        self.grpc = fields["grpc"]
+        self.metrics = fields["metrics"]
+        self.data_dir = fields["data_dir"]
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self._reader.join(timeout=10)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "litehit_service", *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path: Path):
+    data_dir = tmp_path / "data"
+    groups_file = tmp_path / "groups.yaml"
+    groups_file.write_text(GROUPS_YAML)
+    server = ServeProcess(
+        "--data-dir",
+        str(data_dir),
+        "--groups",
+        str(groups_file),
+        "--admin-token",
+        "tok",
+        "--grace-seconds",
+        "1",
+    )
+    try:
+        assert server.data_dir == str(data_dir.resolve())
+        with OptimizerClient(server.grpc, admin_token="tok") as client:
+            extra = InstanceGroup("extra", (1.0,))
+            assert client.create_instance_group(extra).header.status.code == pb2.OK
+            for keys, tokens in WORKED_EXAMPLE:
+                assert client.trace_query("inst", keys, tokens).header.status.code == pb2.OK
+            assert client.list_instances().instances[0].total_queries == 5
+        with urllib.request.urlopen(f"http://{server.metrics}/metrics", timeout=10) as response:
+            metrics_text = response.read().decode()
+        assert "litehit_instances 1.0" in metrics_text
+        assert (
+            'litehit_trace_queries_total{instance_group="g",instance_id="inst"} 5.0' in metrics_text
+        )
+        health = _cli("health", "--server", server.grpc)
+        assert (health.returncode, health.stdout) == (0, "SERVING\n")
+        table = _cli("instances", "--server", server.grpc)
+        assert table.returncode == 0
+        assert table.stdout.splitlines()[1].split()[:6] == [
+            "inst",
+            "g",
+            "5",
+            "1.90735e-06",
+            "2",
+            "51.85%",
+        ]
+    finally:
+        code = server.terminate() if server.proc.poll() is None else server.proc.returncode
+        server.kill()
+    assert code == 0, server.proc.stderr.read()
+    assert list(server.lines.queue) == ["litehit stopped\n"]
+    down = _cli("health", "--server", server.grpc, "--timeout", "1")
+    assert down.returncode == 1
+    assert "unreachable" in down.stderr
+
+    # restart on the same data dir, without the groups file: everything restored, state fresh
+    again = ServeProcess("--data-dir", str(data_dir))
+    try:
+        with OptimizerClient(again.grpc) as client:
+            groups = client.list_instance_groups().instance_groups
+            assert [g.name for g in groups] == ["extra", "g"]
+            assert list(groups[1].capacity_gb) == [CAP2, CAP3]
+            (inst,) = client.list_instances().instances
+            assert (inst.instance_id, inst.total_queries, inst.debug_info.unique_keys) == (
+                "inst",
+                0,
+                0,
+            )
+            got = client.get_instance("inst")
+            assert [(s.name, s.size) for s in got.location_spec_infos] == [("kv", 1024)]
+            first = client.trace_query("inst", [1, 2, 3], 13)
+            assert [c.cache_hit_count for c in first.capacity_results] == [0, 0]
+    finally:
+        assert again.terminate() == 0
+        again.kill()
+
+
+def test_litehit_serve_reports_start_up_errors(tmp_path: Path):
+    bad = tmp_path / "groups.yaml"
+    bad.write_text("instance_groups:\n  - name: g\n    capacity_gb: []\n    eviction_policy: lru\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "litehit_service",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--groups",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "litehit serve: error: capacity_gb of instance group 'g' must not be empty" in (
+        result.stderr
+    )
