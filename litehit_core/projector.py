@@ -65,7 +65,10 @@ def capacity_gb_to_bytes(gb: float) -> int:
     """Binary GiB to bytes: ``trunc(gb * 1024**3)``. Rejects NaN and infinities. O(1)."""
     if not math.isfinite(gb):
         raise InvalidRequestError(f"capacity_gb must be finite, got {gb}")
-    return math.trunc(gb * _GIB)
+    scaled = gb * _GIB
+    if not math.isfinite(scaled):
+        raise InvalidRequestError(f"capacity_gb is too large, got {gb}")
+    return math.trunc(scaled)
 
 
 def capacity_gb_to_blocks(gb: float, block_bytes: int) -> int:

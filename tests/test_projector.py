@@ -272,3 +272,10 @@ def test_project_matrix_equals_project_bytes(
         for k, sb in enumerate(slots):
             expected = project_infinite(f) if sb < 0 else project_bytes(f, sb, bb)
             assert out[i, k] == expected, (curve, bb, sb)
+
+
+def test_capacity_gb_too_large_for_a_float_byte_count_is_rejected():
+    from litehit_core import InvalidRequestError, capacity_gb_to_bytes
+
+    with pytest.raises(InvalidRequestError, match="capacity_gb is too large, got 1e300"):
+        capacity_gb_to_bytes(1e300)

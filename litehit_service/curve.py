@@ -1,0 +1,419 @@
+"""Exact hit-rate curves from a facts ledger: every capacity at once, no sweep.
+
+Per instance, the rows' hit curves go into one :class:`~litehit_core.HitCurveAccumulator`
+with weight ``block_size_tokens``, so its cumulative "hits" are hit *tokens*; divided by the
+sum of ``input_token_len`` they are the token hit rate of an LRU of any capacity. The curve
+is piecewise linear in blocks and its breakpoints are exact; capacities convert to GiB with
+the instance's ``block_bytes`` (one block size per instance, checked).
+
+This module computes (:func:`build_curves`), renders the text table (:func:`format_table`),
+the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
+matplotlib Agg canvas, imported lazily; no display needed). Files are written to
+``<path>.tmp`` by the writers; :func:`publish` renames them.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, NamedTuple
+
+import numpy as np
+
+from litehit_core import (
+    CurvePoint,
+    FactRow,
+    HitCurveAccumulator,
+    InvalidRequestError,
+    bytes_to_blocks,
+    capacity_gb_to_bytes,
+)
+
+GIB = 1024**3
+MARK_PERCENTS = (90, 95, 99)
+"""Marked points: the smallest capacity reaching this percentage of the theoretical hits."""
+TABLE_ROWS = 30
+"""Log-spaced capacity rows of the text table (fewer when the curve saturates early)."""
+CSV_HEADER = ("instance_id", "capacity_blocks", "capacity_gb", "hit_tokens", "hit_rate")
+PLOT_SAMPLES = 1500
+"""Log-spaced samples per line added to the exact breakpoints (a straight piece in blocks
+is curved on a log axis, so breakpoints alone would draw it wrong)."""
+
+
+class CurveError(InvalidRequestError):
+    """The facts cannot make a curve (mixed block sizes, no rows, unknown instance)."""
+
+
+class Mark(NamedTuple):
+    """The smallest capacity whose hits reach ``percent``% of the infinite-capacity hits.
+
+    ``target_hit_tokens = ceil(percent * infinite / 100)``; ``hit_tokens`` is the exact
+    value at ``capacity_blocks`` (>= target, and the capacity one block smaller is below it).
+    """
+
+    percent: int
+    target_hit_tokens: int
+    capacity_blocks: int
+    capacity_gb: float
+    hit_tokens: int
+    hit_rate: float
+
+
+@dataclass
+class InstanceCurve:
+    """The exact cumulative token hit curve of one instance.
+
+    ``accumulator`` holds every row's hit curve weighted by ``block_size_tokens`` (its hits
+    are hit tokens); ``input_tokens`` is the denominator. Queries are O(log B) for B
+    breakpoints once :meth:`breakpoints` has run (O(B log B), cached).
+    """
+
+    instance_id: str
+    block_size_tokens: int
+    block_bytes: int
+    first_trace_id: str
+    requests: int = 0
+    input_tokens: int = 0
+    accumulator: HitCurveAccumulator = field(default_factory=HitCurveAccumulator)
+
+    def capacity_gb(self, capacity_blocks: int) -> float:
+        """GiB of ``capacity_blocks`` blocks of ``block_bytes``. O(1)."""
+        return capacity_blocks * self.block_bytes / GIB
+
+    def rate(self, hit_tokens: int) -> float:
+        """``hit_tokens / input_tokens`` (0.0 without tokens), as the facts query does. O(1)."""
+        return hit_tokens / self.input_tokens if self.input_tokens else 0.0
+
+    def breakpoints(self) -> list[CurvePoint]:
+        """Exact ``(capacity_blocks, hit_tokens)`` points; linear in between, flat after."""
+        return self.accumulator.breakpoints()
+
+    def hit_tokens_at(self, capacity_blocks: int) -> int:
+        """Hit tokens in an LRU of ``capacity_blocks`` (negative = infinite). O(log B)."""
+        return self.accumulator.hits_at(capacity_blocks)
+
+    def hit_rate_at(self, capacity_blocks: int) -> float:
+        """Token hit rate at ``capacity_blocks`` (negative = infinite). O(log B)."""
+        return self.rate(self.accumulator.hits_at(capacity_blocks))
+
+    def blocks_for_gb(self, capacity_gb: float) -> int:
+        """Whole blocks in ``capacity_gb`` GiB, the facts query's conversion; -1 if negative."""
+        if capacity_gb < 0:
+            return -1
+        return bytes_to_blocks(capacity_gb_to_bytes(capacity_gb), self.block_bytes)
+
+    def hit_rate_at_gb(self, capacity_gb: float) -> float:
+        """Token hit rate at ``capacity_gb`` GiB (negative = infinite). O(log B)."""
+        return self.hit_rate_at(self.blocks_for_gb(capacity_gb))
+
+    @property
+    def infinite_hit_tokens(self) -> int:
+        """Hit tokens with unlimited capacity: the theoretical maximum. O(1) cached."""
+        return self.accumulator.infinite_hits()
+
+    @property
+    def infinite_hit_rate(self) -> float:
+        """Token hit rate with unlimited capacity. O(1) cached."""
+        return self.rate(self.infinite_hit_tokens)
+
+    @property
+    def saturation_blocks(self) -> int:
+        """The smallest capacity (blocks) reaching the theoretical maximum. O(log B)."""
+        return self.accumulator.smallest_capacity_for(self.infinite_hit_tokens)
+
+    def mark(self, percent: int) -> Mark:
+        """The smallest capacity reaching ``percent``% (0..100) of the theoretical hits.
+
+        Exact integer arithmetic: target = ceil(percent * infinite / 100). O(log B).
+        """
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise CurveError(f"percent must be an integer in [0, 100], got {percent!r}")
+        target = -(-percent * self.infinite_hit_tokens // 100)
+        blocks = self.accumulator.smallest_capacity_for(target)
+        hits = self.accumulator.hits_at(blocks)
+        return Mark(percent, target, blocks, self.capacity_gb(blocks), hits, self.rate(hits))
+
+    def marks(self, percents: Sequence[int] = MARK_PERCENTS) -> list[Mark]:
+        """:meth:`mark` for each of ``percents``. O(len x log B)."""
+        return [self.mark(p) for p in percents]
+
+
+def build_curves(rows: Iterable[FactRow], instance_id: str | None = None) -> list[InstanceCurve]:
+    """One exact curve per instance of ``rows`` (or only ``instance_id``), sorted by id.
+
+    Every row is still read (and so validated by the reader). Raises :class:`CurveError`
+    when an instance's rows disagree on ``block_size_tokens`` or ``block_bytes`` (naming
+    both values and a trace_id of each), when there are no rows, or when ``instance_id``
+    does not occur (listing the instances present). O(total segments) plus
+    O(B log B) per instance for the breakpoints.
+    """
+    curves: dict[str, InstanceCurve] = {}
+    seen: set[str] = set()
+    for row in rows:
+        iid = row.instance_id
+        if instance_id is not None and iid != instance_id:
+            seen.add(iid)
+            continue
+        cur = curves.get(iid)
+        if cur is None:
+            cur = curves[iid] = InstanceCurve(
+                iid, row.block_size_tokens, row.block_bytes, row.trace_id
+            )
+        elif row.block_bytes != cur.block_bytes or row.block_size_tokens != cur.block_size_tokens:
+            raise CurveError(_mixed_message(cur, row))
+        cur.accumulator.add_curve(row.hit_curve, cur.block_size_tokens)
+        cur.requests += 1
+        cur.input_tokens += row.input_token_len
+    if not curves:
+        if instance_id is not None and seen:
+            raise CurveError(
+                f"instance_id {instance_id!r} is not in the facts; instances present: "
+                + ", ".join(repr(i) for i in sorted(seen))
+            )
+        raise CurveError("the facts have no rows")
+    out = [curves[i] for i in sorted(curves)]
+    for cur in out:
+        cur.breakpoints()
+    return out
+
+
+def _mixed_message(cur: InstanceCurve, row: FactRow) -> str:
+    if row.block_bytes != cur.block_bytes:
+        name, old, new = "block_bytes", cur.block_bytes, row.block_bytes
+    else:
+        name, old, new = "block_size_tokens", cur.block_size_tokens, row.block_size_tokens
+    return (
+        f"instance {cur.instance_id!r} has rows with different {name}: {old} "
+        f"(trace_id {cur.first_trace_id!r}) and {new} (trace_id {row.trace_id!r}); "
+        "a curve needs one block size per instance"
+    )
+
+
+# ---------------------------------------------------------------- text table
+
+
+def table_capacities(curve: InstanceCurve, rows: int = TABLE_ROWS) -> list[int]:
+    """About ``rows`` log-spaced capacities (blocks) from 1 to saturation. O(rows)."""
+    top = curve.saturation_blocks
+    if top <= 0:
+        return []
+    if rows < 2:
+        return [top]
+    ratio = top ** (1 / (rows - 1))
+    return sorted({max(1, min(top, round(ratio**k))) for k in range(rows)} | {1, top})
+
+
+def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str:
+    """The stdout table: per instance a header, ~``rows`` log-spaced capacities and the
+    marked points (merged in capacity order). O(instances x (rows + marks) x log B)."""
+    out: list[str] = []
+    for cur in curves:
+        inf = cur.infinite_hit_tokens
+        out.append(
+            f"instance {cur.instance_id}: {cur.requests} requests, {cur.input_tokens} input "
+            f"tokens, blocks of {cur.block_size_tokens} tokens = {cur.block_bytes} bytes"
+        )
+        sat = cur.saturation_blocks
+        out.append(
+            f"theoretical max (infinite capacity): hit rate {cur.infinite_hit_rate:.6f} "
+            f"({inf} hit tokens), first reached at {sat} blocks = {cur.capacity_gb(sat):.6g} GiB"
+        )
+        labels: dict[int, list[str]] = {c: [] for c in table_capacities(cur, rows)}
+        for m in cur.marks():
+            labels.setdefault(m.capacity_blocks, []).append(f"{m.percent}%")
+        labels.setdefault(sat, [])
+        out.append(
+            f"{'capacity_gib':>14} {'capacity_blocks':>15} {'hit_rate':>9} {'of_max':>7}  mark"
+        )
+        for blocks in sorted(labels):
+            hits = cur.hit_tokens_at(blocks)
+            of_max = f"{100 * hits / inf:.1f}%" if inf else "-"
+            tags = labels[blocks]
+            mark = ", ".join(tags) + " of max" if tags else ""
+            if blocks == sat and inf:
+                mark = f"{mark}; max" if mark else "max"
+            out.append(
+                f"{cur.capacity_gb(blocks):>14.6g} {blocks:>15} {cur.rate(hits):>9.6f} "
+                f"{of_max:>7}  {mark}".rstrip()
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- files
+
+
+def tmp_path(path: str | os.PathLike[str]) -> str:
+    """Where a writer puts ``path`` before :func:`publish`: ``<path>.tmp``."""
+    return os.fspath(path) + ".tmp"
+
+
+def publish(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Rename each ``<path>.tmp`` onto ``path`` (atomic per file). O(files)."""
+    for path in paths:
+        os.replace(tmp_path(path), path)
+
+
+def discard(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Delete any ``<path>.tmp`` left by a failed run; ``path`` itself is untouched."""
+    for path in paths:
+        try:
+            os.remove(tmp_path(path))
+        except FileNotFoundError:
+            pass
+
+
+def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
+    """Write the CSV (:data:`CSV_HEADER`, every exact breakpoint of every curve, instances
+    in order) to ``fh``; returns the number of data rows. O(total breakpoints)."""
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    n = 0
+    for cur in curves:
+        iid, bb, tokens = cur.instance_id, cur.block_bytes, cur.input_tokens
+        writer.writerows(
+            (iid, c, repr(c * bb / GIB), h, repr(h / tokens if tokens else 0.0))
+            for c, h in cur.breakpoints()
+        )
+        n += len(cur.breakpoints())
+    return n
+
+
+def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLike[str]) -> int:
+    """Write the breakpoint CSV to ``<path>.tmp`` (publish with :func:`publish`)."""
+    with open(tmp_path(path), "w", encoding="utf-8", newline="") as fh:
+        return write_breakpoints(curves, fh)
+
+
+# ---------------------------------------------------------------- plot
+
+
+def sample_curve(
+    curve: InstanceCurve, x_end_blocks: float, linear: bool = False, samples: int = PLOT_SAMPLES
+) -> tuple[np.ndarray, np.ndarray]:
+    """Points ``(capacity_blocks, hit_rate)`` (float numpy arrays) that draw ``curve`` right.
+
+    Linear axis: the exact breakpoints up to ``x_end_blocks`` plus 0 and the end (the curve
+    is straight between them). Log axis (from 1 block): the breakpoints plus ``samples``
+    log-spaced capacities, each evaluated exactly on the piecewise-linear curve, so no gap
+    between consecutive points exceeds a ratio of ``x_end ** (1 / (samples - 1))``.
+    O(B + samples).
+    """
+    points = curve.breakpoints()
+    caps = np.fromiter((c for c, _ in points), dtype=np.float64, count=len(points))
+    hits = np.fromiter((h for _, h in points), dtype=np.float64, count=len(points))
+    if linear:
+        xs = np.union1d(caps[caps <= x_end_blocks], [0.0, x_end_blocks])
+    else:
+        grid = np.geomspace(1.0, max(x_end_blocks, 1.0), samples)
+        xs = np.union1d(caps[(caps >= 1) & (caps <= x_end_blocks)], grid)
+    return xs, np.interp(xs, caps, hits) / (curve.input_tokens or 1)
+
+
+def plot_curves(
+    curves: Sequence[InstanceCurve],
+    path: str | os.PathLike[str],
+    linear: bool = False,
+    title: str = "",
+) -> None:
+    """Draw one line per curve (capacity GiB vs token hit rate) to a PNG at ``<path>.tmp``.
+
+    Log x axis unless ``linear``; the theoretical maximum of each curve is a dashed
+    horizontal line in the curve's colour; the :data:`MARK_PERCENTS` points are marked and
+    labelled. Lines are exact: every breakpoint is drawn, plus log-spaced samples between
+    them (evaluated on the piecewise-linear curve). O(B + samples) per curve plus rendering.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
+
+    fig = Figure(figsize=(10, 6), dpi=120, layout="constrained")
+    ax = fig.add_subplot()
+    x_max_gb = max(cur.capacity_gb(max(cur.saturation_blocks, 1)) for cur in curves)
+    if linear:
+        x_max_gb *= 1.1
+    elif len(curves) == 1:  # room for the flat tail and the labels right of the 99% point
+        x_max_gb = max(2.0 * x_max_gb, 8.0 * curves[0].mark(MARK_PERCENTS[-1]).capacity_gb)
+    else:
+        x_max_gb *= 2.0
+    x_min_gb = min(cur.capacity_gb(1) for cur in curves)
+    y_top = max(cur.infinite_hit_rate for cur in curves)
+    single = len(curves) == 1
+    for idx, cur in enumerate(curves):
+        xs, ys = sample_curve(cur, x_max_gb * GIB / cur.block_bytes, linear)
+        xs_gb = xs * (cur.block_bytes / GIB)
+        color = f"C{idx % 10}"
+        inf_rate = cur.infinite_hit_rate
+        marks = cur.marks()
+        label = (
+            f"{cur.instance_id} ({cur.block_size_tokens}-token blocks, max {100 * inf_rate:.2f}%)"
+        )
+        if not single:  # several lines: the marked capacities go in the legend
+            label += "\n" + "/".join(f"{m.percent}" for m in marks) + "% of max at "
+            label += " / ".join(_short_gb(m.capacity_gb) for m in marks)
+        ax.plot(xs_gb, ys, color=color, linewidth=1.6, label=label)
+        ax.axhline(inf_rate, color=color, linestyle="--", linewidth=1.0, alpha=0.8)
+        for k, m in enumerate(marks):
+            if not linear and m.capacity_blocks < 1:
+                continue  # capacity 0 has no place on a log axis
+            ax.vlines(m.capacity_gb, 0, m.hit_rate, colors=color, linestyles=":", alpha=0.6)
+            ax.plot([m.capacity_gb], [m.hit_rate], marker="o", color=color, markersize=5)
+            if not single:  # a short tag above-left of the point (the curve is lower there)
+                ax.annotate(
+                    f"{m.percent}%",
+                    xy=(m.capacity_gb, m.hit_rate),
+                    xytext=(-4, 3),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=color,
+                    ha="right",
+                    va="bottom",
+                )
+                continue
+            # right of the point and below 90% of the max, where the curve is not
+            x_text = m.capacity_gb * 1.3 if not linear else m.capacity_gb + 0.02 * x_max_gb
+            ax.annotate(
+                f"{m.percent}% of max: {_short_gb(m.capacity_gb)}",
+                xy=(m.capacity_gb, m.hit_rate),
+                xytext=(x_text, inf_rate * (0.78 - 0.08 * k)),
+                textcoords="data",
+                fontsize=8,
+                color=color,
+                va="center",
+                arrowprops={"arrowstyle": "-", "color": color, "alpha": 0.5, "linewidth": 0.7},
+            )
+    if not linear:
+        ax.set_xscale("log")
+        ax.set_xlim(x_min_gb, x_max_gb)
+        ax.set_xlabel("LRU capacity (GiB, log scale)")
+    else:
+        ax.set_xlim(0, x_max_gb)
+        ax.set_xlabel("LRU capacity (GiB)")
+    ax.set_ylim(0, min(1.0, y_top * 1.12) if y_top > 0 else 1.0)
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.set_ylabel("token hit rate")
+    ax.set_title(title or "Exact LRU prefix-cache hit rate vs capacity")
+    ax.grid(True, which="major", alpha=0.3)
+    fig.legend(  # below the axes: never on top of a curve
+        loc="outside lower center",
+        ncols=min(len(curves), 3),
+        fontsize=8,
+        title="instance (dashed line: its infinite-capacity maximum)",
+        title_fontsize=8,
+    )
+    with open(tmp_path(path), "wb") as fh:
+        fig.savefig(fh, format="png")
+
+
+def _short_gb(gb: float) -> str:
+    """A capacity label: GiB with 3-4 significant digits (MiB/KiB below 0.01 GiB)."""
+    if gb == 0:
+        return "0 GiB"
+    if gb >= 100:
+        return f"{gb:,.0f} GiB"
+    if gb >= 0.01:
+        return f"{gb:.3g} GiB"
+    if gb >= 1 / 1024:
+        return f"{gb * 1024:.3g} MiB"
+    return f"{gb * 1024 * 1024:.3g} KiB"
