@@ -277,5 +277,5 @@ def test_project_matrix_equals_project_bytes(
 def test_capacity_gb_too_large_for_a_float_byte_count_is_rejected():
     from litehit_core import InvalidRequestError, capacity_gb_to_bytes
 
-    with pytest.raises(InvalidRequestError, match="capacity_gb is too large, got 1e300"):
+    with pytest.raises(InvalidRequestError, match=r"capacity_gb is too large, got 1e\+300"):
         capacity_gb_to_bytes(1e300)
