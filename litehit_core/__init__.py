@@ -27,6 +27,7 @@ from litehit_core.projector import (
     project_bytes,
     project_curve,
     project_curve_infinite,
+    project_curve_slots,
     project_infinite,
     project_matrix,
 )
@@ -60,5 +61,6 @@ __all__ = [
     "project_bytes",
     "project_curve",
     "project_curve_infinite",
+    "project_curve_slots",
     "project_infinite",
 ]

@@ -37,6 +37,25 @@ def project_curve_infinite(hit_curve: Sequence[HitCurveSegment]) -> int:
     return sum(run for _, run in hit_curve)
 
 
+def project_curve_slots(
+    hit_curve: Sequence[HitCurveSegment], capacities_blocks: Sequence[int]
+) -> list[int]:
+    """Hit blocks of one curve at each of many capacities (blocks), in their order.
+
+    Same result as ``[project_curve(hit_curve, c) for c in capacities_blocks]``, with the
+    common zero- and one-segment curves done in one pass. O(slots * segments).
+    """
+    if not hit_curve:
+        return [0] * len(capacities_blocks)
+    if len(hit_curve) == 1:
+        start, run = hit_curve[0]
+        last = start + run - 1
+        return [
+            run if c >= last else (c - start + 1 if c >= start else 0) for c in capacities_blocks
+        ]
+    return [project_curve(hit_curve, c) for c in capacities_blocks]
+
+
 def project_blocks(fact: RequestFact, capacity_blocks: int) -> int:
     """Hit blocks of ``fact`` in an LRU of ``capacity_blocks`` blocks. O(segments)."""
     return project_curve(fact.hit_curve, capacity_blocks)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields, replace
+from operator import add
 from typing import Any
 
 from litehit_core import (
@@ -29,7 +30,7 @@ from litehit_core import (
     LiteHit,
     capacity_gb_to_blocks,
     normalize_request,
-    project_blocks,
+    project_curve_slots,
     project_infinite,
 )
 from litehit_service.errors import (
@@ -41,7 +42,6 @@ from litehit_service.errors import (
     Unsupported,
 )
 from litehit_service.model import (
-    CapacityResult,
     CapacitySummary,
     InstanceDebugInfo,
     InstanceGroup,
@@ -73,16 +73,16 @@ def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any
 
 
 _new = object.__new__
-_cr_gb, _cr_hits, _cr_rate, _cr_unique = _slot_setters(
-    CapacityResult, ("capacity_gb", "cache_hit_count", "hit_rate", "current_unique_keys")
-)
 _th_hits, _th_unique, _th_rate = _slot_setters(
     TheoreticalResult, ("max_hit_count", "current_unique_keys", "hit_rate")
 )
 (
     _tq_blocks,
     _tq_tokens,
-    _tq_capacity,
+    _tq_gb,
+    _tq_hits,
+    _tq_rates,
+    _tq_unique,
     _tq_theoretical,
     _tq_fact,
     _tq_block_size,
@@ -92,7 +92,10 @@ _th_hits, _th_unique, _th_rate = _slot_setters(
     (
         "total_blocks",
         "input_token_len",
-        "capacity_results",
+        "capacity_gb",
+        "hit_blocks",
+        "hit_rates",
+        "unique_keys",
         "theoretical",
         "fact",
         "block_size_tokens",
@@ -122,7 +125,6 @@ class InstanceState:
         "block_bytes",
         "capacity_gb",
         "capacity_blocks",
-        "slots",
         "enable_prefix_hash",
         "theoretical_enabled",
         "ttl_ns",
@@ -150,8 +152,6 @@ class InstanceState:
         self.block_bytes = block_bytes
         self.capacity_gb = group.capacity_gb
         self.capacity_blocks = capacity_blocks
-        n = len(capacity_blocks)
-        self.slots = tuple(zip(range(n), group.capacity_gb, capacity_blocks, strict=True))
         self.enable_prefix_hash = group.enable_prefix_hash
         self.theoretical_enabled = group.enable_theoretical_max_cache
         self.ttl_ns = group.ttl_seconds * _NS_PER_SECOND
@@ -390,43 +390,35 @@ class OnlineOptimizerManager:
         except InvalidRequestError as exc:
             raise InvalidArgument(f"instance_id {instance_id!r}: {exc}") from None
         now = timestamp_ns if timestamp_ns > 0 else self._clock_ns()
-        results: list[CapacityResult] = []
-        append = results.append
-        new = _new
         with state.lock:
             lite = state.lite_hit
             fact = lite.process_request(keys, now)
             unique = lite.current_unique_blocks()
+            caps = state.capacity_blocks
+            hits = tuple(project_curve_slots(fact.hit_curve, caps))
             totals = state.total_hits
-            # Hits never decrease with capacity and never exceed the infinite-capacity hits;
-            # slots ascend, so once one slot reaches them every later slot has them too.
-            best = project_infinite(fact) if fact.hit_curve else 0
-            hits = -1 if best else 0
-            for i, gb, cap in state.slots:
-                if hits != best:
-                    hits = project_blocks(fact, cap)
-                totals[i] += hits
-                r = new(CapacityResult)
-                _cr_gb(r, gb)
-                _cr_hits(r, hits)
-                _cr_rate(r, hits * bs / tokens if hits else 0.0)
-                _cr_unique(r, unique if unique < cap else cap)
-                append(r)
+            totals[:] = map(add, totals, hits)
+            best = project_infinite(fact)
             if state.theoretical_enabled:
                 state.total_max_hits += best
-                theoretical = new(TheoreticalResult)
+                theoretical = _new(TheoreticalResult)
                 _th_hits(theoretical, best)
                 _th_unique(theoretical, unique)
-                _th_rate(theoretical, best * bs / tokens if best else 0.0)
+                _th_rate(theoretical, best * bs / tokens if tokens else 0.0)
             else:
                 theoretical = THEORETICAL_OFF
             state.total_queries += 1
             state.total_blocks_queried += fact.total_blocks
             state.total_input_tokens += tokens
-        out = new(TraceQueryResult)
+        out = _new(TraceQueryResult)
         _tq_blocks(out, fact.total_blocks)
         _tq_tokens(out, tokens)
-        _tq_capacity(out, tuple(results))
+        _tq_gb(out, state.capacity_gb)
+        _tq_hits(out, hits)
+        _tq_rates(out, tuple([h * bs / tokens for h in hits]) if tokens else (0.0,) * len(hits))
+        _tq_unique(
+            out, caps if unique >= caps[-1] else tuple([c if c < unique else unique for c in caps])
+        )
         _tq_theoretical(out, theoretical)
         _tq_fact(out, fact)
         _tq_block_size(out, bs)

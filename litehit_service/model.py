@@ -97,16 +97,29 @@ class TraceQueryResult:
     """Everything one TraceQuery produced, including the core's capacity-free fact.
 
     ``total_blocks`` counts normalized blocks (at ``block_size_tokens``);
-    ``input_token_len`` is the token denominator of every hit rate.
+    ``input_token_len`` is the token denominator of every hit rate. Per capacity slot
+    (ascending, as the group lists them) the parallel tuples hold ``capacity_gb``,
+    ``hit_blocks`` (blocks), ``hit_rates`` and ``unique_keys``
+    (``min(unique blocks, slot blocks)``); :attr:`capacity_results` zips them.
     """
 
     total_blocks: int
     input_token_len: int
-    capacity_results: tuple[CapacityResult, ...]
+    capacity_gb: tuple[float, ...]
+    hit_blocks: tuple[int, ...]
+    hit_rates: tuple[float, ...]
+    unique_keys: tuple[int, ...]
     theoretical: TheoreticalResult
     fact: RequestFact
     block_size_tokens: int
     block_bytes: int
+
+    @property
+    def capacity_results(self) -> tuple[CapacityResult, ...]:
+        """One :class:`CapacityResult` per slot. O(slots)."""
+        return tuple(
+            map(CapacityResult, self.capacity_gb, self.hit_blocks, self.hit_rates, self.unique_keys)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,7 +221,6 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
 
     def _answer(self, method: str, request: pb2.TraceQueryRequest) -> dict[str, Any]:
         """Process one query; the response's constructor fields. O(keys + slots)."""
-        start = perf_counter()
         try:
             result = self._manager.trace_query(
                 request.instance_id,
@@ -232,18 +231,18 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
             )
         except Exception as exc:  # every failure becomes a header status
             code, message = self._classify(method, exc)
-            fields = wire.trace_error_fields(request.trace_id, code, message)
-        else:
-            fields = wire.trace_result_fields(result, request.trace_id)
-        if self._metrics is not None:
-            self._metrics.observe_query(method, perf_counter() - start)
-        return fields
+            return wire.trace_error_fields(request.trace_id, code, message)
+        return wire.trace_result_fields(result, request.trace_id)
 
     def TraceQuery(
         self, request: pb2.TraceQueryRequest, context: grpc.ServicerContext
     ) -> pb2.TraceQueryResponse:
         """Replay one request's block keys; hits per capacity slot and theoretical."""
-        return pb2.TraceQueryResponse(**self._answer("TraceQuery", request))
+        start = perf_counter()
+        fields = self._answer("TraceQuery", request)
+        if self._metrics is not None:
+            self._metrics.observe_query("TraceQuery", perf_counter() - start)
+        return pb2.TraceQueryResponse(**fields)
 
     def TraceQueryStream(
         self, request_iterator: Iterable[pb2.TraceQueryBatchRequest], context: grpc.ServicerContext
@@ -251,9 +250,22 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
         """One response batch per request batch, results in order, each with its own header.
 
         Queries are applied in arrival order; a failing query only sets its own header. The
-        batch is built in one constructor call from plain fields (see wire).
+        batch is built in one constructor call from plain fields (see wire), and its
+        per-query latencies are recorded under one lock.
         """
         answer = self._answer
         batch_type = pb2.TraceQueryBatchResponse
+        method = "TraceQueryStream"
+        metrics = self._metrics
         for batch in request_iterator:
-            yield batch_type(results=[answer("TraceQueryStream", q) for q in batch.queries])
+            results = []
+            append = results.append
+            durations = []
+            record = durations.append
+            for query in batch.queries:
+                start = perf_counter()
+                append(answer(method, query))
+                record(perf_counter() - start)
+            if metrics is not None:
+                metrics.observe_queries(method, durations)
+            yield batch_type(results=results)

@@ -232,13 +232,10 @@ def trace_result_fields(result: TraceQueryResult, trace_id: str) -> dict[str, An
         "total_blocks": result.total_blocks,
         "input_token_len": result.input_token_len,
         "capacity_results": [
-            {
-                "capacity_gb": c.capacity_gb,
-                "cache_hit_count": c.cache_hit_count,
-                "hit_rate": c.hit_rate,
-                "current_unique_keys": c.current_unique_keys,
-            }
-            for c in result.capacity_results
+            {"capacity_gb": g, "cache_hit_count": h, "hit_rate": r, "current_unique_keys": u}
+            for g, h, r, u in zip(
+                result.capacity_gb, result.hit_blocks, result.hit_rates, result.unique_keys
+            )
         ],
         "theoretical_result": {
             "max_hit_count": t.max_hit_count,

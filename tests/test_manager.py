@@ -492,7 +492,7 @@ def test_worked_example_per_request() -> None:
     # results are ordinary frozen dataclasses, equal to ones built by their constructors
     first = results[0]
     assert first == TraceQueryResult(
-        3, 13, first.capacity_results, first.theoretical, first.fact, 4, 1024
+        3, 13, (SLOT2, SLOT3), (0, 0), (0.0, 0.0), (2, 3), first.theoretical, first.fact, 4, 1024
     )
     assert hash(first.capacity_results[1]) == hash(CapacityResult(SLOT3, 0, 0.0, 3))
     with pytest.raises(FrozenInstanceError):

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
@@ -279,3 +279,18 @@ def test_capacity_gb_too_large_for_a_float_byte_count_is_rejected():
 
     with pytest.raises(InvalidRequestError, match=r"capacity_gb is too large, got 1e\+300"):
         capacity_gb_to_bytes(1e300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 5)), max_size=4),
+    st.lists(st.integers(0, 40), max_size=10),
+)
+def test_project_curve_slots_equals_per_capacity_projection(pairs, capacities):
+    from litehit_core import project_curve, project_curve_slots
+
+    curve, last = [], 0
+    for gap, run in pairs:  # build a valid curve: strictly increasing thresholds
+        curve.append(HitCurveSegment(last + gap, run))
+        last = last + gap + run - 1
+    assert project_curve_slots(curve, capacities) == [project_curve(curve, c) for c in capacities]
