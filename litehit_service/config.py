@@ -119,7 +119,9 @@ class ConfigError(ReplayError, InvalidArgument):
 class ReplayConfig:
     """A validated ``litehit replay`` configuration.
 
-    Paths are absolute (resolved against the config file's folder). ``block_size`` is the
+    Paths as given in the file are joined to the config file's folder (absolute ones stay
+    as they are); ``pipeline_worker_count`` is the number of parsing processes (1 = parse in
+    the replaying process). ``block_size`` is the
     trace's native granularity in tokens; every instance's block_size is a multiple of it.
     ``source`` is the config file (for error messages) and ``field_lines`` maps field paths
     (``instances[0].block_size``) to their 1-based line in it; both are empty for a config

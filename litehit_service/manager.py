@@ -28,6 +28,7 @@ from typing import Any
 from litehit_core import (
     InvalidRequestError,
     LiteHit,
+    RequestFact,
     capacity_gb_to_blocks,
     normalize_request,
     project_curve_slots,
@@ -366,50 +367,20 @@ class OnlineOptimizerManager:
         block_size / input_token_len`` and ``current_unique_keys = min(unique blocks, slot
         blocks)``. Bad input raises before any state changes. O(keys + slots * segments).
         """
-        state = self._instances.get(instance_id)
-        if state is None:
-            raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
-        if input_token_len < 0:
-            raise InvalidArgument(f"input_token_len must not be negative, got {input_token_len}")
-        if token_ids_len < 0:
-            raise InvalidArgument(f"token_ids_len must not be negative, got {token_ids_len}")
-        if timestamp_ns < 0:
-            raise InvalidArgument(f"timestamp_ns must not be negative, got {timestamp_ns}")
-        if len(block_keys) > self._max_block_keys:
-            raise InvalidArgument(
-                f"block_keys has {len(block_keys)} keys, more than max_block_keys "
-                f"{self._max_block_keys}"
-            )
-        if input_token_len == 0:
-            input_token_len = token_ids_len
+        state, keys, tokens, now = self._prepare(
+            instance_id, block_keys, input_token_len, token_ids_len, timestamp_ns,
+            trace_block_size_tokens,
+        )  # fmt: skip
         bs = state.block_size
-        try:
-            keys, tokens = normalize_request(
-                block_keys, input_token_len, bs, state.enable_prefix_hash, trace_block_size_tokens
-            )
-        except InvalidRequestError as exc:
-            raise InvalidArgument(f"instance_id {instance_id!r}: {exc}") from None
-        now = timestamp_ns if timestamp_ns > 0 else self._clock_ns()
-        with state.lock:
-            lite = state.lite_hit
-            fact = lite.process_request(keys, now)
-            unique = lite.current_unique_blocks()
-            caps = state.capacity_blocks
-            hits = tuple(project_curve_slots(fact.hit_curve, caps))
-            totals = state.total_hits
-            totals[:] = map(add, totals, hits)
-            best = project_infinite(fact)
-            if state.theoretical_enabled:
-                state.total_max_hits += best
-                theoretical = _new(TheoreticalResult)
-                _th_hits(theoretical, best)
-                _th_unique(theoretical, unique)
-                _th_rate(theoretical, best * bs / tokens if tokens else 0.0)
-            else:
-                theoretical = THEORETICAL_OFF
-            state.total_queries += 1
-            state.total_blocks_queried += fact.total_blocks
-            state.total_input_tokens += tokens
+        fact, hits, unique, best = self._apply(state, keys, tokens, now)
+        if state.theoretical_enabled:
+            theoretical = _new(TheoreticalResult)
+            _th_hits(theoretical, best)
+            _th_unique(theoretical, unique)
+            _th_rate(theoretical, best * bs / tokens if tokens else 0.0)
+        else:
+            theoretical = THEORETICAL_OFF
+        caps = state.capacity_blocks
         out = _new(TraceQueryResult)
         _tq_blocks(out, fact.total_blocks)
         _tq_tokens(out, tokens)
@@ -424,6 +395,84 @@ class OnlineOptimizerManager:
         _tq_block_size(out, bs)
         _tq_block_bytes(out, state.block_bytes)
         return out
+
+    def record_query(
+        self,
+        instance_id: str,
+        block_keys: Sequence[int],
+        input_token_len: int = 0,
+        timestamp_ns: int = 0,
+        trace_block_size_tokens: int = 0,
+    ) -> tuple[RequestFact, int]:
+        """Exactly :meth:`trace_query` (same validation, state and counters) without
+        building the per-slot answer: returns the fact and the token denominator.
+
+        The offline replay's entry point, where only the fact is written out.
+        O(keys + slots * segments).
+        """
+        state, keys, tokens, now = self._prepare(
+            instance_id, block_keys, input_token_len, 0, timestamp_ns, trace_block_size_tokens
+        )
+        return self._apply(state, keys, tokens, now)[0], tokens
+
+    def _prepare(
+        self,
+        instance_id: str,
+        block_keys: Sequence[int],
+        input_token_len: int,
+        token_ids_len: int,
+        timestamp_ns: int,
+        trace_block_size_tokens: int,
+    ) -> tuple[InstanceState, list[int], int, int]:
+        """Validate and normalise one query: (state, keys, tokens, now). Changes nothing."""
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
+        if input_token_len < 0:
+            raise InvalidArgument(f"input_token_len must not be negative, got {input_token_len}")
+        if token_ids_len < 0:
+            raise InvalidArgument(f"token_ids_len must not be negative, got {token_ids_len}")
+        if timestamp_ns < 0:
+            raise InvalidArgument(f"timestamp_ns must not be negative, got {timestamp_ns}")
+        if len(block_keys) > self._max_block_keys:
+            raise InvalidArgument(
+                f"block_keys has {len(block_keys)} keys, more than max_block_keys "
+                f"{self._max_block_keys}"
+            )
+        try:
+            keys, tokens = normalize_request(
+                block_keys,
+                input_token_len or token_ids_len,
+                state.block_size,
+                state.enable_prefix_hash,
+                trace_block_size_tokens,
+            )
+        except InvalidRequestError as exc:
+            raise InvalidArgument(f"instance_id {instance_id!r}: {exc}") from None
+        return state, keys, tokens, timestamp_ns if timestamp_ns > 0 else self._clock_ns()
+
+    @staticmethod
+    def _apply(
+        state: InstanceState, keys: list[int], tokens: int, now: int
+    ) -> tuple[RequestFact, tuple[int, ...], int, int]:
+        """Replay ``keys`` on ``state`` under its lock and add to its counters.
+
+        Returns (fact, hit blocks per slot, unique blocks, infinite-capacity hit blocks).
+        """
+        with state.lock:
+            lite = state.lite_hit
+            fact = lite.process_request(keys, now)
+            unique = lite.current_unique_blocks()
+            hits = tuple(project_curve_slots(fact.hit_curve, state.capacity_blocks))
+            totals = state.total_hits
+            totals[:] = map(add, totals, hits)
+            best = project_infinite(fact)
+            if state.theoretical_enabled:
+                state.total_max_hits += best
+            state.total_queries += 1
+            state.total_blocks_queried += fact.total_blocks
+            state.total_input_tokens += tokens
+        return fact, hits, unique, best
 
     def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
         """Summaries of every instance (or of one group's), sorted by instance_id.

@@ -927,3 +927,18 @@ def test_registry_write_failure_leaves_memory_unchanged_locked(tmp_path) -> None
     m.create_group(make_group("new"))
     assert [g.name for g in reg.load()[0]] == ["empty", "g", "new"]
     reg.close()
+
+
+def test_record_query_is_trace_query_without_the_answer() -> None:
+    """The offline entry point changes state and counters exactly as TraceQuery does."""
+    online, offline = new_manager(), new_manager()
+    for i, (keys, tokens) in enumerate(WORKED * 3):
+        result = online.trace_query("i1", keys, tokens, timestamp_ns=1000 + i)
+        fact, denominator = offline.record_query("i1", keys, tokens, timestamp_ns=1000 + i)
+        assert (fact, denominator) == (result.fact, result.input_token_len)
+    assert offline.list_instances() == online.list_instances()
+    with pytest.raises(InstanceNotExist):
+        offline.record_query("nope", [A], 4)
+    with pytest.raises(InvalidArgument, match="input_token_len must not be negative, got -1"):
+        offline.record_query("i1", [A], -1)
+    assert offline.list_instances() == online.list_instances()

@@ -1,0 +1,81 @@
+"""``litehit replay CONFIG.json``: replay a trace offline into a facts ledger.
+
+Drives the same manager as ``litehit serve`` in process and writes
+``<output_result_path>/litehit_facts.csv`` (see :mod:`litehit_service.offline` and, for the
+config fields, :mod:`litehit_service.config`). A progress bar goes to stderr only when it
+is a terminal; the run ends with one line per instance (token hit rate per capacity) and a
+one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on stderr.
+
+Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
+published); 1 unexpected internal error (also nothing published).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``replay`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "replay",
+        help="replay a trace offline into a facts ledger (litehit_facts.csv)",
+        description=(
+            "Replay the trace named by CONFIG.json through the in-process optimizer and write "
+            "one facts row per request and instance to <output_result_path>/litehit_facts.csv. "
+            "All or nothing: on the first bad line the replay stops with 'path:line: reason' "
+            "on stderr, exit code 2, and no facts file."
+        ),
+    )
+    p.add_argument("config", metavar="CONFIG.json", help="replay configuration (JSON)")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="parse the trace in N processes (overrides pipeline_worker_count; output is "
+        "identical for every N)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no summary (errors are still printed)",
+    )
+    p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the replay; returns the exit code (0, 2 bad input, 1 internal error)."""
+    from litehit_service.config import ReplayError, load_config
+    from litehit_service.offline import run_replay, with_workers
+
+    progress = not args.quiet and sys.stderr.isatty()
+    try:
+        config = load_config(args.config)
+        if args.workers is not None:
+            config = with_workers(config, args.workers)
+        summary = run_replay(config, progress=progress)
+    except ReplayError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug, not bad input: report it with its own exit code
+        traceback.print_exc(file=sys.stderr)
+        print(f"litehit replay: internal error: {exc!r}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        for line in summary.instance_lines():
+            print(line, file=sys.stderr)
+        print(summary.summary_line(), file=sys.stderr)
+    return 0

@@ -1,0 +1,455 @@
+"""Offline replay: a trace file through the online manager, into a facts ledger.
+
+:func:`run_replay` drives the SAME :class:`~litehit_service.manager.OnlineOptimizerManager`
+as ``litehit serve`` (in process: no network, no registry), so offline facts and online
+answers cannot disagree. For every trace event, in input order:
+
+- timestamps must not go backwards (any event type, writes included);
+- ``write`` events are skipped (a get already writes its blocks back);
+- routing: to ``override_instance_id`` if set, else to every instance in config order if
+  ``fanout_all_instances``, else to the event's ``instance_id`` (which must be configured);
+- ``manager.trace_query(instance, keys, input_token_len, timestamp_ns=trace timestamp,
+  trace_block_size_tokens=config.block_size)`` replays the request with the trace
+  timestamp as "now" (TTL is deterministic) and re-blocks to the instance's block size;
+- one facts row per (request, instance), in input order, goes to
+  ``<output_result_path>/litehit_facts.csv`` (written as ``.tmp``, renamed at the end).
+
+All or nothing: the first bad line (malformed, backwards timestamp, unknown instance,
+length rule) or a trace without requests raises :class:`ReplayError` (``path:line:
+reason``) and publishes nothing.
+
+``pipeline_worker_count > 1`` parses lines in worker processes (batches of
+``workers x 256`` lines, results consumed in input order); the replay itself stays serial
+in the calling process, so the ledger is byte-identical to a one-worker run. Normalisation
+(prefix chaining, re-blocking) stays in ``trace_query``: the manager chains keys with the
+group's ``enable_prefix_hash`` itself, so keys normalised elsewhere would be chained twice.
+
+Cost: O(trace bytes) parsing plus, per request and routed instance, one ``trace_query``
+(O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + LiteHit state).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from litehit_core import FACTS_FILENAME, FactsWriter
+from litehit_service.config import ReplayConfig, ReplayError, check_config
+from litehit_service.errors import OptimizerError
+from litehit_service.manager import OnlineOptimizerManager
+from litehit_service.model import InstanceSummary
+from litehit_service.traces import (
+    TraceFormatError,
+    parse_mooncake_line,
+    parse_standard_line,
+    read_lmcache,
+)
+
+__all__ = ["BATCH_LINES", "ReplayError", "ReplaySummary", "run_replay"]
+
+BATCH_LINES = 256
+"""Lines per parse batch (one worker task); the pipeline reads ``workers x`` this at once."""
+_INLINE_BATCH = 4096
+"""Lines per batch when parsing in the calling process (bounds memory, paces the bar)."""
+
+# (line_no, kind, instance_id, trace_id, timestamp_ns, keys, input_len): a TraceEvent or a
+# plain tuple with the same fields (what worker processes send back).
+_Event = Sequence[Any]
+# (events, error raised after them or None, characters read for the progress bar)
+_Batch = tuple[list[_Event], "TraceFormatError | None", int]
+_Lane = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummary:
+    """What one replay did.
+
+    ``requests``: request events replayed (writes excluded); ``rows``: facts rows written
+    (requests x routed instances); ``instances``: configured instances; ``elapsed_s``: wall
+    time of the whole run (setup, parsing, replay, writing); ``requests_per_s`` =
+    requests / elapsed_s; ``instance_summaries``: the manager's cumulative counters per
+    instance (sorted by id), holding the token hit rate of every capacity slot.
+    """
+
+    requests: int
+    rows: int
+    writes_skipped: int
+    instances: int
+    elapsed_s: float
+    requests_per_s: float
+    facts_path: str
+    instance_summaries: tuple[InstanceSummary, ...]
+
+    def summary_line(self) -> str:
+        """The one-line summary: requests, instances, rows, elapsed, requests/s, facts path."""
+        return (
+            f"replay: {self.requests} requests, {self.instances} instances, {self.rows} rows, "
+            f"{self.elapsed_s:.3f} s, {self.requests_per_s:,.0f} requests/s -> {self.facts_path}"
+        )
+
+    def instance_lines(self) -> list[str]:
+        """One line per instance: its token hit rate at every capacity slot (and infinite)."""
+        out = []
+        for s in self.instance_summaries:
+            rates = [f"{_gb(c.capacity_gb)} GiB {c.hit_rate:.2%}" for c in s.capacity_summaries]
+            if s.theoretical_enabled:
+                rates.append(f"inf {s.max_hit_rate:.2%}")
+            out.append(
+                f"  {s.instance_id} (group {s.instance_group}, block {s.debug_info.block_size} "
+                f"tokens, {s.total_queries} requests): token hit rate {', '.join(rates)}"
+            )
+        return out
+
+
+def _gb(value: float) -> str:
+    return f"{value:g}"
+
+
+def _no_clock() -> int:
+    # The manager reads the clock only for timestamp 0; the replay's "now" is then 0 too.
+    return 0
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _check_utf8(text: str, line_no: int, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TraceFormatError(
+            path, line_no, f"not valid UTF-8 (bad byte at column {exc.start + 1})"
+        ) from None
+
+
+def parse_lines(
+    lines: Sequence[str],
+    first_line_no: int,
+    path: str,
+    trace_format: str,
+    block_size: int,
+    instance_id: str,
+    plain: bool = False,
+) -> tuple[list[_Event], TraceFormatError | None]:
+    """Parse consecutive trace lines (``first_line_no`` is the first one's 1-based number).
+
+    Returns the events before the first bad line and that line's error (or None); blank
+    lines are skipped. ``trace_format`` is "standard" or "mooncake" (``block_size`` and
+    ``instance_id`` only apply to Mooncake). ``plain`` returns plain tuples (cheaper to send
+    between processes) instead of TraceEvents. Runs in worker processes. O(total length).
+    """
+    out: list[_Event] = []
+    append = out.append
+    line_no = first_line_no
+    try:
+        if trace_format == "mooncake":
+            for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
+                if not text.isascii():
+                    _check_utf8(text, line_no, path)
+                ev = parse_mooncake_line(text, line_no, path, block_size, instance_id)
+                if ev is not None:
+                    append(tuple(ev) if plain else ev)
+        else:
+            for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
+                if not text.isascii():
+                    _check_utf8(text, line_no, path)
+                ev = parse_standard_line(text, line_no, path)
+                if ev is not None:
+                    append(tuple(ev) if plain else ev)
+    except TraceFormatError as exc:
+        return out, exc
+    except RecursionError:
+        return out, TraceFormatError(path, line_no, "invalid JSON: nested too deeply")
+    return out, None
+
+
+def _open_trace(path: str) -> Any:
+    try:
+        # surrogateescape + _check_utf8 give invalid UTF-8 its exact line (as traces.py does)
+        return open(path, encoding="utf-8-sig", errors="surrogateescape")
+    except OSError as exc:
+        raise ReplayError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
+
+
+def _inline_batches(
+    path: str, fmt: str, block_size: int, instance_id: str, sizes: bool
+) -> Iterator[_Batch]:
+    """Parse in this process, :data:`_INLINE_BATCH` lines at a time."""
+    with _open_trace(path) as fh:
+        first = 1
+        while True:
+            lines = list(islice(fh, _INLINE_BATCH))
+            if not lines:
+                return
+            events, error = parse_lines(lines, first, path, fmt, block_size, instance_id)
+            yield events, error, sum(map(len, lines)) if sizes else 0
+            if error is not None:
+                return
+            first += len(lines)
+
+
+def _pool_batches(
+    path: str, fmt: str, block_size: int, instance_id: str, sizes: bool, workers: int
+) -> Iterator[_Batch]:
+    """Parse in ``workers`` processes, :data:`BATCH_LINES` lines per task, in input order.
+
+    Up to two rounds of ``workers x BATCH_LINES`` lines are in flight ahead of the consumer.
+    """
+    # fork: no re-import of __main__ (console scripts, python -m), millisecond start-up; the
+    # children only parse text, so the parent's other threads (if any) do not matter there.
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    pending: deque[tuple[Future[tuple[list[_Event], TraceFormatError | None]], int]] = deque()
+    with _open_trace(path) as fh, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        first = 1
+        done = False
+
+        def submit_round() -> None:
+            nonlocal first, done
+            for _ in range(workers):
+                lines = list(islice(fh, BATCH_LINES))
+                if not lines:
+                    done = True
+                    return
+                fut = pool.submit(
+                    parse_lines, lines, first, path, fmt, block_size, instance_id, True
+                )
+                pending.append((fut, sum(map(len, lines)) if sizes else 0))
+                first += len(lines)
+
+        try:
+            submit_round()
+            submit_round()
+            while pending:
+                fut, size = pending.popleft()
+                events, error = fut.result()
+                if not done and len(pending) < 2 * workers:
+                    submit_round()
+                yield events, error, size
+                if error is not None:
+                    return
+        finally:
+            for fut, _ in pending:
+                fut.cancel()
+
+
+def _lmcache_batches(path: str, config: ReplayConfig) -> Iterator[_Batch]:
+    """The whole LMCache log (sorted by timestamp) as one batch; chunk sizes checked."""
+    try:
+        trace = read_lmcache(path)
+    except TraceFormatError as exc:
+        raise ReplayError(exc.path, exc.line_no, exc.reason) from None
+    except OSError as exc:
+        raise ReplayError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
+    for model, info in sorted(trace.models.items()):
+        if info.chunk_size != config.block_size:
+            raise ReplayError(
+                path,
+                0,
+                f"model {model!r} has chunk_size {info.chunk_size} but the config's trace "
+                f"block_size is {config.block_size}",
+            )
+    yield list(trace.events), None, 0
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _lane(instance_id: str, block_size: int, block_bytes: int) -> _Lane:
+    """A routing target: (instance_id, text between trace_id and timestamp_ns, text between
+    input_token_len and the quoted curve)."""
+    return (instance_id, f",{_csv_field(instance_id)},", f',{block_size},{block_bytes},"')
+
+
+def _csv_field(text: str) -> str:
+    if '"' in text or "," in text or "\n" in text or "\r" in text:
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplaySummary:
+    """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
+
+    ``progress``: show a tqdm bar on stderr (None = only when stderr is a terminal).
+    Raises :class:`ReplayError` (``ConfigError`` for config problems) with ``path:line:
+    reason``; then no ledger (and no ``.tmp``) is left behind, and an existing ledger is
+    untouched. Cost: see the module docstring.
+    """
+    started = time.perf_counter()
+    check_config(config)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    manager = OnlineOptimizerManager(clock_ns=_no_clock, max_block_keys=sys.maxsize)
+    for i, group in enumerate(config.instance_groups):
+        try:
+            manager.create_group(group)
+        except OptimizerError as exc:
+            raise config.error(f"instance_groups[{i}]", str(exc)) from None
+    lanes: dict[str, _Lane] = {}
+    for i, reg in enumerate(config.instances):
+        try:
+            result = manager.register_instance(reg)
+        except OptimizerError as exc:
+            raise config.error(f"instances[{i}]", str(exc)) from None
+        lanes[reg.instance_id] = _lane(reg.instance_id, reg.block_size, result.size_full_only)
+
+    path = config.trace_file_path
+    fmt = config.trace_format
+    if config.override_instance_id:
+        fixed: tuple[_Lane, ...] | None = (lanes[config.override_instance_id],)
+    elif config.fanout_all_instances:
+        fixed = tuple(lanes.values())
+    else:
+        fixed = None
+    default_id = config.override_instance_id or next(iter(lanes))
+    if fmt == "lmcache":
+        batches = _lmcache_batches(path, config)
+    elif config.pipeline_worker_count > 1:
+        batches = _pool_batches(
+            path, fmt, config.block_size, default_id, progress, config.pipeline_worker_count
+        )
+    else:
+        batches = _inline_batches(path, fmt, config.block_size, default_id, progress)
+
+    facts_path = Path(config.output_result_path) / FACTS_FILENAME
+    bar = _progress_bar(path, fmt, progress)
+    try:
+        with FactsWriter(facts_path) as writer:
+            requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
+            if not requests:
+                raise ReplayError(
+                    path,
+                    0,
+                    "no valid rows: the trace holds no get/request events"
+                    + (f" (only {writes} write events)" if writes else " (it is empty)"),
+                )
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else str(facts_path)
+        doing = "read the trace" if where == path else "write the facts"
+        raise ReplayError(where, 0, f"cannot {doing}: {exc.strerror or exc}") from None
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+    elapsed = time.perf_counter() - started
+    return ReplaySummary(
+        requests=requests,
+        rows=requests * (len(fixed) if fixed is not None else 1),
+        writes_skipped=writes,
+        instances=len(lanes),
+        elapsed_s=elapsed,
+        requests_per_s=requests / elapsed if elapsed > 0 else 0.0,
+        facts_path=str(facts_path),
+        instance_summaries=tuple(manager.list_instances()),
+    )
+
+
+def _progress_bar(path: str, fmt: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    total = None
+    if fmt != "lmcache":
+        try:
+            total = os.path.getsize(path)
+        except OSError:
+            total = None
+    return tqdm(
+        total=total,
+        unit="B" if fmt != "lmcache" else "req",
+        unit_scale=True,
+        file=sys.stderr,
+        leave=False,
+        mininterval=0.5,
+        desc="replay",
+    )
+
+
+def _drive(
+    manager: OnlineOptimizerManager,
+    batches: Iterator[_Batch],
+    lanes: dict[str, _Lane],
+    fixed: tuple[_Lane, ...] | None,
+    path: str,
+    config: ReplayConfig,
+    writer: FactsWriter,
+    bar: Any,
+) -> tuple[int, int]:
+    """The hot loop: route, query, format and write every event. Returns (requests, writes).
+
+    Per request: one timestamp compare, one route lookup, one ``trace_query`` per routed
+    instance and one f-string row (byte-identical to :func:`litehit_core.format_fact_row`).
+    """
+    record = manager.record_query
+    trace_bs = config.block_size
+    routes = {iid: (lane,) for iid, lane in lanes.items()}
+    get_route = routes.get
+    last_ts = -1
+    last_line = 0
+    events_seen = 0
+    writes = 0
+    rows: list[str] = []
+    append = rows.append
+    for events, error, size in batches:
+        events_seen += len(events)
+        for line_no, kind, iid, tid, ts, keys, input_len in events:
+            if ts < last_ts:
+                raise ReplayError(
+                    path,
+                    line_no,
+                    f"timestamp_ns {ts} goes backwards (line {last_line} has {last_ts}); "
+                    "events must be in time order",
+                )
+            last_ts = ts
+            last_line = line_no
+            if kind == "write":
+                writes += 1
+                continue
+            targets = fixed or get_route(iid)
+            if targets is None:
+                raise ReplayError(
+                    path,
+                    line_no,
+                    f"instance_id {iid!r} is not a configured instance {sorted(lanes)}; "
+                    "set override_instance_id or fanout_all_instances to route every request",
+                )
+            if not tid.isalnum():  # letters/digits never need CSV quoting
+                tid = _csv_field(tid)
+            for lane_id, head, tail in targets:
+                try:
+                    fact, tokens = record(lane_id, keys, input_len, ts, trace_bs)
+                except OptimizerError as exc:
+                    raise ReplayError(path, line_no, str(exc)) from None
+                curve = fact.hit_curve
+                if not curve:
+                    text = "[]"
+                elif len(curve) == 1:
+                    s, n = curve[0]
+                    text = f"[[{s},{n}]]"
+                else:
+                    text = "[" + ",".join([f"[{s},{n}]" for s, n in curve]) + "]"
+                append(f'{tid}{head}{ts},{tokens}{tail}{text}"\n')
+        writer.write_lines(rows)
+        rows.clear()
+        if bar is not None:
+            bar.update(size or len(events))
+        if error is not None:
+            raise ReplayError(error.path, error.line_no, error.reason) from None
+    return events_seen - writes, writes
+
+
+def with_workers(config: ReplayConfig, workers: int) -> ReplayConfig:
+    """``config`` with ``pipeline_worker_count`` replaced (checked by :func:`run_replay`)."""
+    return replace(config, pipeline_worker_count=workers)
