@@ -133,11 +133,28 @@ class FactsWriter:
             raise
 
 
-def _int_field(field: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{field} must be an integer, got {text!r}") from None
+_CURVE_CACHE = 1 << 16
+_INT_FIELDS = ("timestamp_ns", "input_token_len", "block_size_tokens", "block_bytes")
+
+
+def _field_error(rec: list[str], exc: ValueError) -> str:
+    """The reason for a row whose ints or curve failed to parse, naming the field."""
+    for field, text in zip(_INT_FIELDS, rec[2:6]):
+        try:
+            int(text)
+        except ValueError:
+            return f"{field} must be an integer, got {text!r}"
+    return str(exc)
+
+
+def _row_error(tokens: int, bs: int, bb: int, hit_blocks: int) -> str:
+    if tokens < 0:
+        return f"input_token_len must be >= 0, got {tokens}"
+    if bs <= 0:
+        return f"block_size_tokens must be > 0, got {bs}"
+    if bb <= 0:
+        return f"block_bytes must be > 0, got {bb}"
+    return f"hit_curve covers {hit_blocks} blocks of {bs} tokens but input_token_len is {tokens}"
 
 
 def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
@@ -181,32 +198,26 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
             raise FactsFormatError(
                 name, 1, f"header must be {FACTS_HEADER!r}, got {','.join(header or [])!r}"
             )
+        # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
+        curves: dict[str, tuple[tuple[HitCurveSegment, ...], int]] = {}
         for rec in reader:
-            line_no = reader.line_num
-            if not rec:
-                continue
             if len(rec) != 7:
-                raise FactsFormatError(name, line_no, f"expected 7 fields, got {len(rec)}")
+                if not rec:
+                    continue
+                raise FactsFormatError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
             try:
-                ts = _int_field("timestamp_ns", rec[2])
-                tokens = _int_field("input_token_len", rec[3])
-                bs = _int_field("block_size_tokens", rec[4])
-                bb = _int_field("block_bytes", rec[5])
-                curve = parse_hit_curve(rec[6])
+                ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
+                parsed = curves.get(rec[6])
+                if parsed is None:
+                    curve = parse_hit_curve(rec[6])
+                    if len(curves) >= _CURVE_CACHE:
+                        curves.clear()
+                    parsed = curves[rec[6]] = (curve, sum(r for _, r in curve))
             except ValueError as exc:
-                raise FactsFormatError(name, line_no, str(exc)) from None
-            if tokens < 0:
-                raise FactsFormatError(name, line_no, f"input_token_len must be >= 0, got {tokens}")
-            if bs <= 0:
-                raise FactsFormatError(name, line_no, f"block_size_tokens must be > 0, got {bs}")
-            if bb <= 0:
-                raise FactsFormatError(name, line_no, f"block_bytes must be > 0, got {bb}")
-            hit_blocks = sum(r for _, r in curve)
-            if hit_blocks * bs > tokens:
+                raise FactsFormatError(name, reader.line_num, _field_error(rec, exc)) from None
+            curve, hit_blocks = parsed
+            if tokens < 0 or bs <= 0 or bb <= 0 or hit_blocks * bs > tokens:
                 raise FactsFormatError(
-                    name,
-                    line_no,
-                    f"hit_curve covers {hit_blocks} blocks of {bs} tokens but input_token_len "
-                    f"is {tokens}",
+                    name, reader.line_num, _row_error(tokens, bs, bb, hit_blocks)
                 )
             yield _new(FactRow, (rec[0], rec[1], ts, tokens, bs, bb, curve))

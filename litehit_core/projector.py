@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -112,19 +113,31 @@ def project_matrix(
     hits = np.zeros((n_rows, n_slots), dtype=np.int64)
     # Block capacities per distinct block size, in Python ints (a capacity in bytes may
     # exceed int64), capped at "infinite": the same floor division as bytes_to_blocks.
-    per_size: dict[int, list[int]] = {}
-    for bb in set(block_bytes):
+    sizes = sorted(set(block_bytes))
+    for bb in sizes:
         if bb <= 0:
             raise InvalidRequestError(f"block_bytes must be > 0, got {bb}")
-        per_size[bb] = [
-            _INFINITE_BLOCKS if sb < 0 else min(sb // bb, _INFINITE_BLOCKS) for sb in slot_bytes
-        ]
+    per_size = np.array(
+        [
+            [_INFINITE_BLOCKS if sb < 0 else min(sb // bb, _INFINITE_BLOCKS) for sb in slot_bytes]
+            for bb in sizes
+        ],
+        dtype=np.int64,
+    ).reshape(len(sizes), n_slots)
     counts = np.fromiter(map(len, curves), dtype=np.int64, count=n_rows)
-    if not counts.any():
+    n_segments = int(counts.sum())
+    if not n_segments:
         return hits
-    caps = np.array([per_size[bb] for bb in block_bytes], dtype=np.int64).reshape(n_rows, n_slots)
-    flat = np.array([seg for curve in curves for seg in curve], dtype=np.int64)
+    if len(sizes) == 1:
+        row_caps = np.broadcast_to(per_size[0], (n_segments, n_slots))
+    else:
+        size_index = {bb: i for i, bb in enumerate(sizes)}
+        which = np.fromiter(map(size_index.__getitem__, block_bytes), np.int64, count=n_rows)
+        row_caps = per_size[np.repeat(which, counts)]
+    flat = np.fromiter(
+        chain.from_iterable(chain.from_iterable(curves)), np.int64, count=2 * n_segments
+    ).reshape(n_segments, 2)
     owner = np.repeat(np.arange(n_rows), counts)
-    contrib = np.clip(caps[owner] - flat[:, :1] + 1, 0, flat[:, 1:2])
+    contrib = np.clip(row_caps - flat[:, :1] + 1, 0, flat[:, 1:2])
     np.add.at(hits, owner, contrib)
     return hits

