@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, NamedTuple
@@ -50,13 +50,19 @@ class FactsFormatError(InvalidRequestError):
         self.reason = reason
 
 
-def format_hit_curve(hit_curve: Iterable[tuple[int, int]]) -> str:
+def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
     """Compact JSON of a curve: ``[[s,r],[s,r]]``. O(segments)."""
-    return "[" + ",".join(f"[{s},{r}]" for s, r in hit_curve) + "]"
+    if not hit_curve:
+        return "[]"
+    if len(hit_curve) == 1:
+        s, r = hit_curve[0]
+        return f"[[{s},{r}]]"
+    return "[" + ",".join([f"[{s},{r}]" for s, r in hit_curve]) + "]"
 
 
-def _csv_field(text: str) -> str:
-    if any(c in text for c in ',"\r\n'):
+def csv_field(text: str) -> str:
+    """``text`` as one CSV field: quoted (quotes doubled) only when it must be. O(len)."""
+    if '"' in text or "," in text or "\n" in text or "\r" in text:
         return '"' + text.replace('"', '""') + '"'
     return text
 
@@ -64,7 +70,7 @@ def _csv_field(text: str) -> str:
 def format_fact_row(row: FactRow) -> str:
     """One ledger line including the trailing newline. O(segments)."""
     return (
-        f"{_csv_field(row.trace_id)},{_csv_field(row.instance_id)},{row.timestamp_ns},"
+        f"{csv_field(row.trace_id)},{csv_field(row.instance_id)},{row.timestamp_ns},"
         f"{row.input_token_len},{row.block_size_tokens},{row.block_bytes},"
         f'"{format_hit_curve(row.hit_curve)}"\n'
     )

@@ -9,7 +9,8 @@ the instance's ``block_bytes`` (one block size per instance, checked).
 This module computes (:func:`build_curves`), renders the text table (:func:`format_table`),
 the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
 matplotlib Agg canvas, imported lazily; no display needed). Files are written to
-``<path>.tmp`` by the writers; :func:`publish` renames them.
+``<path>.tmp`` by the writers; ``litehit curve`` publishes them with
+:func:`litehit_service.outputs.atomic_outputs`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from litehit_core import (
     bytes_to_blocks,
     capacity_gb_to_bytes,
 )
+from litehit_service.outputs import tmp_path
 
 GIB = 1024**3
 MARK_PERCENTS = (90, 95, 99)
@@ -245,26 +247,6 @@ def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str
 # ---------------------------------------------------------------- files
 
 
-def tmp_path(path: str | os.PathLike[str]) -> str:
-    """Where a writer puts ``path`` before :func:`publish`: ``<path>.tmp``."""
-    return os.fspath(path) + ".tmp"
-
-
-def publish(paths: Sequence[str | os.PathLike[str]]) -> None:
-    """Rename each ``<path>.tmp`` onto ``path`` (atomic per file). O(files)."""
-    for path in paths:
-        os.replace(tmp_path(path), path)
-
-
-def discard(paths: Sequence[str | os.PathLike[str]]) -> None:
-    """Delete any ``<path>.tmp`` left by a failed run; ``path`` itself is untouched."""
-    for path in paths:
-        try:
-            os.remove(tmp_path(path))
-        except FileNotFoundError:
-            pass
-
-
 def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
     """Write the CSV (:data:`CSV_HEADER`, every exact breakpoint of every curve, instances
     in order) to ``fh``; returns the number of data rows. O(total breakpoints)."""
@@ -282,7 +264,7 @@ def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
 
 
 def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLike[str]) -> int:
-    """Write the breakpoint CSV to ``<path>.tmp`` (publish with :func:`publish`)."""
+    """Write the breakpoint CSV to ``<path>.tmp`` (published by ``atomic_outputs``)."""
     with open(tmp_path(path), "w", encoding="utf-8", newline="") as fh:
         return write_breakpoints(curves, fh)
 

@@ -42,7 +42,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from litehit_core import FACTS_FILENAME, FactsWriter
+from litehit_core import FACTS_FILENAME, FactsWriter, csv_field, format_hit_curve
 from litehit_service.config import ReplayConfig, ReplayError, check_config
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import OnlineOptimizerManager
@@ -267,13 +267,7 @@ def _lmcache_batches(path: str, config: ReplayConfig) -> Iterator[_Batch]:
 def _lane(instance_id: str, block_size: int, block_bytes: int) -> _Lane:
     """A routing target: (instance_id, text between trace_id and timestamp_ns, text between
     input_token_len and the quoted curve)."""
-    return (instance_id, f",{_csv_field(instance_id)},", f',{block_size},{block_bytes},"')
-
-
-def _csv_field(text: str) -> str:
-    if '"' in text or "," in text or "\n" in text or "\r" in text:
-        return '"' + text.replace('"', '""') + '"'
-    return text
+    return (instance_id, f",{csv_field(instance_id)},", f',{block_size},{block_bytes},"')
 
 
 def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplaySummary:
@@ -393,6 +387,7 @@ def _drive(
     instance and one f-string row (byte-identical to :func:`litehit_core.format_fact_row`).
     """
     record = manager.record_query
+    format_curve = format_hit_curve
     trace_bs = config.block_size
     routes = {iid: (lane,) for iid, lane in lanes.items()}
     get_route = routes.get
@@ -426,21 +421,13 @@ def _drive(
                     "set override_instance_id or fanout_all_instances to route every request",
                 )
             if not tid.isalnum():  # letters/digits never need CSV quoting
-                tid = _csv_field(tid)
+                tid = csv_field(tid)
             for lane_id, head, tail in targets:
                 try:
                     fact, tokens = record(lane_id, keys, input_len, ts, trace_bs)
                 except OptimizerError as exc:
                     raise ReplayError(path, line_no, str(exc)) from None
-                curve = fact.hit_curve
-                if not curve:
-                    text = "[]"
-                elif len(curve) == 1:
-                    s, n = curve[0]
-                    text = f"[[{s},{n}]]"
-                else:
-                    text = "[" + ",".join([f"[{s},{n}]" for s, n in curve]) + "]"
-                append(f'{tid}{head}{ts},{tokens}{tail}{text}"\n')
+                append(f'{tid}{head}{ts},{tokens}{tail}{format_curve(fact.hit_curve)}"\n')
         writer.write_lines(rows)
         rows.clear()
         if bar is not None:

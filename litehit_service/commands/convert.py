@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from litehit_service.outputs import atomic_outputs, progress, tmp_path
 from litehit_service.traces import (
     INT64_MAX,
     TraceEvent,
@@ -174,17 +175,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     started = time.perf_counter()
     published = [args.output] + ([args.emit_config] if args.emit_config else [])
-    tmp_paths = [f"{path}.tmp" for path in published]
+    tmp_paths = [tmp_path(path) for path in published]
     try:
-        count, instances, note = _convert(args, tmp_paths)
-        for tmp, final in zip(tmp_paths, published, strict=True):
-            os.replace(tmp, final)
+        with atomic_outputs(published):
+            count, instances, note = _convert(args, tmp_paths)
     except BaseException as exc:
-        for tmp in tmp_paths:
-            try:
-                os.remove(tmp)
-            except FileNotFoundError:
-                pass
         if isinstance(exc, TraceFormatError):
             print(exc, file=sys.stderr)
             return 2
@@ -238,7 +233,7 @@ def _convert(args: argparse.Namespace, tmp_paths: list[str]) -> tuple[int, list[
 
     with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
         count, instances = _write_events(
-            _progress(events, total), out, args.time_offset_ns, args.input
+            progress(events, "ev", total), out, args.time_offset_ns, args.input
         )
     if count == 0:
         raise TraceFormatError(args.input, 0, "no events to convert")
@@ -260,15 +255,6 @@ def _convert(args: argparse.Namespace, tmp_paths: list[str]) -> tuple[int, list[
             json.dump(config, fh, indent=2)
             fh.write("\n")
     return count, instances, note
-
-
-def _progress(events: Iterable[TraceEvent], total: int | None) -> Iterable[TraceEvent]:
-    """Wrap ``events`` in a tqdm bar when stderr is a terminal (no cost otherwise)."""
-    if not sys.stderr.isatty():
-        return events
-    from tqdm import tqdm
-
-    return tqdm(events, total=total, unit="ev", file=sys.stderr, leave=False, mininterval=0.5)
 
 
 def _write_events(

@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     """Build the curves of ``args.facts`` and write the outputs; returns the exit code."""
     from litehit_core import FactsFormatError, InvalidRequestError, read_facts
     from litehit_service import curve as curves_mod
+    from litehit_service.outputs import atomic_outputs, progress
 
     problem = _option_error(args)
     if problem is not None:
@@ -83,20 +84,19 @@ def run(args: argparse.Namespace) -> int:
     outputs = [p for p in (args.output, args.csv) if p is not None]
     counter = [0]
     try:
-        rows = _progress(_counted(read_facts(args.facts), counter))
-        curves = curves_mod.build_curves(rows, args.instance)
-        if args.csv is not None:
-            curves_mod.write_breakpoints_csv(curves, args.csv)
-        if args.output is not None:
-            curves_mod.plot_curves(
-                curves,
-                args.output,
-                linear=args.linear,
-                title=f"Exact LRU prefix-cache hit rate: {os.path.basename(args.facts)}",
-            )
-        curves_mod.publish(outputs)
+        with atomic_outputs(outputs):
+            rows = progress(_counted(read_facts(args.facts), counter), "req")
+            curves = curves_mod.build_curves(rows, args.instance)
+            if args.csv is not None:
+                curves_mod.write_breakpoints_csv(curves, args.csv)
+            if args.output is not None:
+                curves_mod.plot_curves(
+                    curves,
+                    args.output,
+                    linear=args.linear,
+                    title=f"Exact LRU prefix-cache hit rate: {os.path.basename(args.facts)}",
+                )
     except BaseException as exc:
-        curves_mod.discard(outputs)
         if isinstance(exc, FactsFormatError):
             print(exc, file=sys.stderr)
             return 2
@@ -126,12 +126,3 @@ def _counted(rows: Iterable[Any], counter: list[int]) -> Iterator[Any]:
     for n, row in enumerate(rows, 1):  # noqa: B007 - n is read after the loop
         yield row
     counter[0] = n
-
-
-def _progress(rows: Iterable[Any]) -> Iterable[Any]:
-    """Wrap ``rows`` in a tqdm bar when stderr is a terminal (no cost otherwise)."""
-    if not sys.stderr.isatty():
-        return rows
-    from tqdm import tqdm
-
-    return tqdm(rows, unit="req", file=sys.stderr, leave=False, mininterval=0.5)

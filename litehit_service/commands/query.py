@@ -27,6 +27,8 @@ from typing import IO, Any
 
 import orjson
 
+from litehit_service.outputs import atomic_outputs, progress
+
 MAX_CAPACITY_GB = (2**63 - 1) // 1024**3
 """Largest finite capacity: its bytes must fit in int64 (about 8 EiB)."""
 WRITE_BATCH = 2048
@@ -131,16 +133,15 @@ def run(args: argparse.Namespace) -> int:
     if out_path is not None and os.path.realpath(out_path) == os.path.realpath(args.facts):
         print(f"litehit query: error: -o {out_path!r} is the facts file", file=sys.stderr)
         return 2
-    tmp = f"{out_path}.tmp" if out_path is not None else None
     started = time.perf_counter()
     stats = {"requests": 0, "instances": 0}
     try:
-        rows = _progress(read_facts(args.facts))
+        rows = progress(read_facts(args.facts), "req")
         results = _tally(query_facts(rows, args.capacity_gb), stats, args.summary_only)
-        if tmp is not None:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-                _write_batched(json_lines(results), fh)
-            os.replace(tmp, out_path)
+        if out_path is not None:
+            with atomic_outputs([out_path]) as (tmp,):
+                with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+                    _write_batched(json_lines(results), fh)
         else:
             with tempfile.SpooledTemporaryFile(
                 max_size=SPOOL_BYTES, mode="w+", encoding="utf-8", newline="\n"
@@ -150,11 +151,6 @@ def run(args: argparse.Namespace) -> int:
                 shutil.copyfileobj(spool, sys.stdout)
                 sys.stdout.flush()
     except BaseException as exc:
-        if tmp is not None:
-            try:
-                os.remove(tmp)
-            except FileNotFoundError:
-                pass
         if isinstance(exc, FactsFormatError):
             print(exc, file=sys.stderr)
             return 2
@@ -200,12 +196,3 @@ def _silence_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-
-
-def _progress(rows: Iterable[Any]) -> Iterable[Any]:
-    """Wrap ``rows`` in a tqdm bar when stderr is a terminal (no cost otherwise)."""
-    if not sys.stderr.isatty():
-        return rows
-    from tqdm import tqdm
-
-    return tqdm(rows, unit="req", file=sys.stderr, leave=False, mininterval=0.5)

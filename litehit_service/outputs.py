@@ -1,0 +1,53 @@
+"""Command outputs: all-or-nothing file publishing and terminal-only progress bars.
+
+Every command that writes files writes ``<path>.tmp`` first and renames it onto ``path``
+only when the whole run succeeded; on any error the temporaries are deleted and existing
+files are untouched. (The core's :class:`litehit_core.FactsWriter` follows the same rule
+for the facts ledger.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar
+
+T = TypeVar("T")
+PathLike = str | os.PathLike[str]
+
+
+def tmp_path(path: PathLike) -> str:
+    """Where a writer puts ``path`` before it is published: ``<path>.tmp``."""
+    return os.fspath(path) + ".tmp"
+
+
+@contextmanager
+def atomic_outputs(paths: Sequence[PathLike]) -> Iterator[list[str]]:
+    """Yield the temporary paths to write; publish them all if the block succeeds.
+
+    On success each ``<path>.tmp`` is renamed onto ``path`` (atomic per file); on any
+    exception every temporary is removed and the exception propagates. O(files).
+    """
+    tmps = [tmp_path(p) for p in paths]
+    try:
+        yield tmps
+        for tmp, final in zip(tmps, paths):
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp in tmps:
+            try:
+                os.remove(tmp)
+            except FileNotFoundError:
+                pass
+        raise
+
+
+def progress(items: Iterable[T], unit: str, total: int | None = None) -> Iterable[T]:
+    """``items`` behind a tqdm bar on stderr when stderr is a terminal; else unchanged."""
+    if not sys.stderr.isatty():
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, unit=unit, file=sys.stderr, leave=False, mininterval=0.5)
