@@ -11,16 +11,15 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from serve_process import ServeProcess
 
 from litehit_service.client import OptimizerClient
 from litehit_service.model import (
@@ -66,38 +65,12 @@ def _dashboard_names():
 @pytest.fixture
 def litehit_server(tmp_path):
     """``litehit serve`` as a subprocess on ephemeral ports: yields (grpc_addr, metrics_addr)."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "litehit_service",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "data"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = ServeProcess("--data-dir", str(tmp_path / "data"))
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("litehit serving "), (
-            line,
-            proc.stderr.read() if proc.poll() else "",
-        )
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
-        yield fields["grpc"], fields["metrics"]
+        yield server.grpc, server.metrics
+        assert server.terminate() == 0
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        server.kill()
 
 
 def _run_worked_example(grpc_addr: str) -> None:

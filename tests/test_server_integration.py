@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +20,7 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
+from serve_process import ServeProcess, serve_env
 
 from litehit_service._proto import optimizer_service_pb2 as pb2
 from litehit_service.client import OptimizerClient
@@ -630,71 +628,12 @@ def test_format_helpers():
 # ------------------------------------------------------------------------------- litehit serve
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LITEHIT_")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-class ServeProcess:
-    """``python -m litehit_service serve`` with ports 0; parses the announced addresses."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "litehit_service",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            cwd=ROOT,
-        )
-        lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(
-            target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True
-        )
-        self._reader.start()
-        self.lines = lines
-        try:
-            first = lines.get(timeout=60)
-        except queue.Empty:
-            self.proc.kill()
-            raise AssertionError("litehit serve printed nothing") from None
-        assert first.startswith("litehit serving grpc=127.0.0.1:"), (
-            first + self.proc.stderr.read() if self.proc.poll() is not None else first
-        )
-        fields = dict(part.split("=", 1) for part in first.split()[2:])
-        self.grpc = fields["grpc"]
-        self.metrics = fields["metrics"]
-        self.data_dir = fields["data_dir"]
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        self._reader.join(timeout=10)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "litehit_service", *args],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=serve_env(),
         cwd=ROOT,
         timeout=60,
     )
@@ -791,7 +730,7 @@ def test_litehit_serve_reports_start_up_errors(tmp_path: Path):
         ],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=serve_env(),
         cwd=ROOT,
         timeout=60,
     )
