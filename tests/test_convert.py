@@ -119,7 +119,7 @@ def test_convert_mooncake_emit_config_placeholder(
             {
                 "name": "default",
                 "eviction_policy": "lru",
-                "capacity_gb": [1, 2, 4, 8, 16, 32, 64],
+                "capacity_gb": [16, 64, 256, 1024, 4096],
                 "ttl_seconds": 0,
                 "enable_prefix_hash": False,
                 "enable_theoretical_max_cache": True,

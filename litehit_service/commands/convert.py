@@ -46,7 +46,7 @@ PLACEHOLDER_BYTES_PER_TOKEN = 131_072
 """Placeholder KV bytes per token for ``--emit-config`` when the trace does not say
 (Mooncake, standard): Llama-3.1-8B in bf16 = 2 (K, V) x 32 layers x 8 KV heads x 128 dims
 x 2 bytes. The spec size written is this times ``block_size``."""
-STARTER_CAPACITIES_GB = (1, 2, 4, 8, 16, 32, 64)
+STARTER_CAPACITIES_GB = (16, 64, 256, 1024, 4096)
 """Capacities (GiB) of the starter config's "default" instance group."""
 
 
