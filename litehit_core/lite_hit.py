@@ -147,7 +147,9 @@ class LiteHit:
         Depths are read on the state before the request; then every block is touched,
         tail first. Duplicate keys are dropped after their first occurrence. ``now_ns`` only
         matters with a TTL and is clamped to be non-decreasing.
-        Cost: O(n) C-speed dict/list work + O(runs * log U) Python operations.
+        Cost: O(n) C-speed dict/list work plus O(runs) interpreter steps, each with C-speed
+        sums over at most ``_SW`` bucket counters and ``U / (_W * _SW)`` super-bucket counters
+        (U = position space, O(live blocks) thanks to compaction).
         """
         keys = block_keys if type(block_keys) is list else list(block_keys)
         n = len(keys)
@@ -270,7 +272,7 @@ class LiteHit:
         return _new_segment(RequestFact, (tuple(segments), n))
 
     def _kill_scattered(self, olds: list[int | None], m: int, pexp: int) -> int:
-        """Mark dead the old markers of resident blocks after the prefix. O(k log U)."""
+        """Mark dead the old markers of resident blocks after the prefix. O(n - m)."""
         killed = 0
         mask = self._mask
         bcnt = self._bcnt
@@ -298,7 +300,10 @@ class LiteHit:
         )
 
     def _advance_expiry(self, now: int) -> None:
-        """Move the expiry boundary to ``now``; count blocks that expire. O(log E + log U)."""
+        """Move the expiry boundary to ``now``; count blocks that expire.
+
+        O(log E) for E epochs plus one :meth:`_dead_before`.
+        """
         i = bisect_right(self._ep_time, now - self._ttl)
         new = self._ep_pos[i] if i < len(self._ep_pos) else self._next
         if new <= self._pexp:
