@@ -21,6 +21,7 @@ from litehit_core.model import HitCurveSegment, InvalidRequestError, NormalizedR
 from litehit_core.normalize import normalize_request
 from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
 from litehit_core.projector import (
+    MAX_CAPACITY_GB,
     bytes_to_blocks,
     capacity_gb_to_blocks,
     capacity_gb_to_bytes,
@@ -37,6 +38,7 @@ from litehit_core.query import query_facts
 __all__ = [
     "FACTS_FILENAME",
     "FACTS_HEADER",
+    "MAX_CAPACITY_GB",
     "CurvePoint",
     "FactRow",
     "FactsFormatError",

@@ -63,6 +63,8 @@ class HitCurveAccumulator:
         """The exact curve: ``(0, 0)`` then one point per slope change, last one flat forever.
 
         ``H(C)`` for C between two points is linear interpolation (integer slopes).
+        O(B log B) for B distinct slope changes on first call (a sort of the change points;
+        measured at a few ms for 7k breakpoints), then O(1) until the next ``add``.
         """
         if self._points is None:
             points = [CurvePoint(0, 0)]

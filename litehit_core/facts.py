@@ -141,21 +141,21 @@ class FactsWriter:
 
 _CURVE_CACHE = 1 << 16
 _INT_FIELDS = ("timestamp_ns", "input_token_len", "block_size_tokens", "block_bytes")
+_INT64_MAX = 2**63 - 1
 
 
 def _field_error(rec: list[str], exc: ValueError) -> str:
     """The reason for a row whose ints or curve failed to parse, naming the field."""
     for field, text in zip(_INT_FIELDS, rec[2:6]):
-        try:
-            int(text)
-        except ValueError:
-            return f"{field} must be an integer, got {text!r}"
+        if not (text.isascii() and text.isdigit()):
+            return f"{field} must be a non-negative decimal integer, got {text!r}"
     return str(exc)
 
 
-def _row_error(tokens: int, bs: int, bb: int, hit_blocks: int) -> str:
-    if tokens < 0:
-        return f"input_token_len must be >= 0, got {tokens}"
+def _row_error(ts: int, tokens: int, bs: int, bb: int, hit_blocks: int) -> str:
+    for field, value in zip(_INT_FIELDS, (ts, tokens, bs, bb)):
+        if value > _INT64_MAX:
+            return f"{field} must fit in int64, got {value}"
     if bs <= 0:
         return f"block_size_tokens must be > 0, got {bs}"
     if bb <= 0:
@@ -163,22 +163,32 @@ def _row_error(tokens: int, bs: int, bb: int, hit_blocks: int) -> str:
     return f"hit_curve covers {hit_blocks} blocks of {bs} tokens but input_token_len is {tokens}"
 
 
+def _id_error(rec: list[str]) -> str | None:
+    """A reason if an id field holds bytes that were not UTF-8 (decoded as surrogates)."""
+    for field, text in (("trace_id", rec[0]), ("instance_id", rec[1])):
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{field} is not valid UTF-8, got {text!r}"
+    return None
+
+
 def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
     """Parse and validate compact curve JSON. Raises ValueError with the reason. O(len)."""
     if text == "[]":
         return ()
-    if not (text.startswith("[[") and text.endswith("]]")):
-        raise ValueError(f"hit_curve must look like [[start,run],...], got {text!r}")
+    if not (text.startswith("[[") and text.endswith("]]")) or not text.isascii() or " " in text:
+        raise ValueError(f"hit_curve must look like [[start,run],...] (compact), got {text!r}")
     out = []
     last_end = 0
     for part in text[2:-2].split("],["):
         pair = part.split(",")
         if len(pair) != 2:
             raise ValueError(f"hit_curve segment must be [start,run], got [{part}]")
-        try:
-            start, run = int(pair[0]), int(pair[1])
-        except ValueError:
-            raise ValueError(f"hit_curve segment must hold integers, got [{part}]") from None
+        if not (pair[0].isdigit() and pair[1].isdigit()):
+            raise ValueError(f"hit_curve segment must hold decimal integers, got [{part}]")
+        start, run = int(pair[0]), int(pair[1])
         if run < 1:
             raise ValueError(f"hit_curve run_length must be >= 1, got {run}")
         if start <= last_end:
@@ -197,7 +207,9 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
     or a wrong header.
     """
     name = os.fspath(path)
-    with open(path, encoding="utf-8", newline="") as fh:
+    # surrogateescape: a byte that is not UTF-8 survives into the row, where the id check
+    # reports it with its line (numbers and curves are ASCII-checked anyway).
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or ",".join(header) != FACTS_HEADER:
@@ -212,6 +224,9 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
                     continue
                 raise FactsFormatError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
             try:
+                digits = rec[2] + rec[3] + rec[4] + rec[5]
+                if not (digits.isascii() and digits.isdigit()) or not all(rec[2:6]):
+                    raise ValueError("not digits")
                 ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
                 parsed = curves.get(rec[6])
                 if parsed is None:
@@ -222,8 +237,17 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
             except ValueError as exc:
                 raise FactsFormatError(name, reader.line_num, _field_error(rec, exc)) from None
             curve, hit_blocks = parsed
-            if tokens < 0 or bs <= 0 or bb <= 0 or hit_blocks * bs > tokens:
+            if (
+                bs <= 0
+                or bb <= 0
+                or hit_blocks * bs > tokens
+                or max(ts, tokens, bs, bb) > _INT64_MAX
+            ):
                 raise FactsFormatError(
-                    name, reader.line_num, _row_error(tokens, bs, bb, hit_blocks)
+                    name, reader.line_num, _row_error(ts, tokens, bs, bb, hit_blocks)
                 )
+            if not (rec[0].isascii() and rec[1].isascii()):
+                reason = _id_error(rec)
+                if reason is not None:
+                    raise FactsFormatError(name, reader.line_num, reason)
             yield _new(FactRow, (rec[0], rec[1], ts, tokens, bs, bb, curve))

@@ -17,9 +17,11 @@ query is needed only at a run break, and dead-marking is done per run. Ranks use
 ``depth(p) = (t - p) - dead_in[p, t)``: new markers are appended live at the end and
 cost nothing; dead markers are kept as per-bucket bit masks (``_W`` positions a bucket)
 with dead counts per bucket and per super-bucket (``_SW`` buckets), so ``dead_in[p, t)``
-is one popcount plus two C-speed suffix sums of bounded length. (A Fenwick tree over
-buckets was measured slower: its log-depth loops run in the interpreter.) A request
-costs O(n) C-speed dict and list work plus O(runs) Python operations.
+is one popcount plus two C-speed suffix sums: at most ``_SW`` bucket counts and
+``U / (_W * _SW)`` super-bucket counts (a few dozen for millions of live blocks). (A
+Fenwick tree over buckets was measured slower: its log-depth loops run in the
+interpreter.) A request costs O(n) C-speed dict and list work plus O(runs) Python
+operations.
 
 Compaction renumbers live markers 0..L-1 when stale positions exceed twice the live ones
 plus a slack, so U stays O(live blocks). Without TTL no key is ever dropped: any larger

@@ -17,6 +17,8 @@ from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
 
 _GIB = 1024**3
 _INFINITE_BLOCKS = 1 << 62
+MAX_CAPACITY_GB = (2**63 - 1) // _GIB
+"""Largest finite capacity_gb whose bytes fit in int64 (the wire's type; about 8 EiB)."""
 
 
 def project_curve(hit_curve: Sequence[HitCurveSegment], capacity_blocks: int) -> int:

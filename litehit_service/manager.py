@@ -26,6 +26,7 @@ from operator import add
 from typing import Any
 
 from litehit_core import (
+    MAX_CAPACITY_GB,
     InvalidRequestError,
     LiteHit,
     RequestFact,
@@ -57,6 +58,9 @@ from litehit_service.model import (
 from litehit_service.registry import Registry
 
 _NS_PER_SECOND = 1_000_000_000
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+MAX_TTL_SECONDS = INT64_MAX // _NS_PER_SECOND
 
 
 def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...]:
@@ -547,14 +551,21 @@ def _validated_group(group: InstanceGroup) -> InstanceGroup:
             ) from None
         if not (math.isfinite(gb) and gb > 0):
             raise InvalidArgument(f"capacity_gb[{i}] of {where} must be finite and > 0, got {gb!r}")
+        if gb > MAX_CAPACITY_GB:
+            raise InvalidArgument(
+                f"capacity_gb[{i}] of {where} must be at most {MAX_CAPACITY_GB} GiB "
+                f"(bytes must fit in int64), got {gb!r}"
+            )
         caps.append(gb)
     if group.eviction_policy != "lru":
         raise InvalidArgument(
             f"eviction_policy of {where} must be 'lru', got {group.eviction_policy!r}"
         )
     ttl = group.ttl_seconds
-    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
-        raise InvalidArgument(f"ttl_seconds of {where} must be an integer >= 0, got {ttl!r}")
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or not 0 <= ttl <= MAX_TTL_SECONDS:
+        raise InvalidArgument(
+            f"ttl_seconds of {where} must be an integer in 0..{MAX_TTL_SECONDS}, got {ttl!r}"
+        )
     if group.shared_group_quota:
         raise Unsupported(
             f"shared_group_quota=True of {where} is not supported: every instance is "
@@ -581,8 +592,10 @@ def _build_state(
     if group is None:
         raise InstanceNotExist(f"instance_group {reg.instance_group!r} of {where} does not exist")
     bs = reg.block_size
-    if not isinstance(bs, int) or isinstance(bs, bool) or bs <= 0:
-        raise InvalidArgument(f"block_size of {where} must be an integer > 0, got {bs!r}")
+    if not isinstance(bs, int) or isinstance(bs, bool) or not 0 < bs <= INT32_MAX:
+        raise InvalidArgument(
+            f"block_size of {where} must be an integer in 1..{INT32_MAX} (tokens), got {bs!r}"
+        )
     specs = tuple(reg.location_spec_infos)
     sizes = _validated_specs(specs, where)
     spec_groups = tuple(
@@ -619,6 +632,11 @@ def _build_state(
     block_bytes = sum(sizes[n] for n in full_specs)
     linear_specs = set(full_specs).union(members[linear_name] if linear_name else ())
     size_full_linear = sum(sizes[n] for n in linear_specs)
+    if size_full_linear > INT64_MAX:
+        raise InvalidArgument(
+            f"location_spec_infos sizes of {where} add up to {size_full_linear} bytes per "
+            f"block, more than {INT64_MAX} (int64)"
+        )
     capacity_blocks = tuple(capacity_gb_to_blocks(gb, block_bytes) for gb in group.capacity_gb)
     stored = replace(reg, location_spec_infos=specs, location_spec_groups=spec_groups)
     state = InstanceState(stored, group, block_bytes, capacity_blocks)
@@ -638,10 +656,10 @@ def _validated_specs(specs: Iterable[LocationSpec], where: str) -> dict[str, int
                 f"location_spec_infos[{i}].name {spec.name!r} of {where} is duplicated"
             )
         size = spec.size
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= INT64_MAX:
             raise InvalidArgument(
                 f"location_spec_infos[{i}].size of spec {spec.name!r} of {where} must be an "
-                f"integer > 0 (bytes), got {size!r}"
+                f"integer in 1..{INT64_MAX} (bytes), got {size!r}"
             )
         sizes[spec.name] = size
     return sizes

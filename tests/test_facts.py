@@ -118,8 +118,8 @@ def test_string_fields_quoted_only_when_needed(
 def test_large_curve_is_compact_json(tmp_path: Path) -> None:
     path = tmp_path / "f.csv"
     curve = (S(1, 3), S(5, 1), S(100, 20))
-    write_rows(path, [FactRow("t", "i", -5, 10_000, 16, 65536, curve)])
-    assert path.read_text().splitlines()[1] == 't,i,-5,10000,16,65536,"[[1,3],[5,1],[100,20]]"'
+    write_rows(path, [FactRow("t", "i", 5, 10_000, 16, 65536, curve)])
+    assert path.read_text().splitlines()[1] == 't,i,5,10000,16,65536,"[[1,3],[5,1],[100,20]]"'
     assert list(read_facts(path))[0].hit_curve == curve
 
 
@@ -216,9 +216,15 @@ def test_bad_header_is_line_1(tmp_path: Path, content: str) -> None:
         ('t,i,1,13,4,"[[1,2]]"', "expected 7 fields, got 6"),
         ('t,i,1,13,4,1024,"[[1,2]]",extra', "expected 7 fields, got 8"),
         ("t", "expected 7 fields, got 1"),
-        ('t,i,1,13,4,1024,"[[1,2]"', "hit_curve must look like [[start,run],...], got '[[1,2]'"),
-        ('t,i,1,13,4,1024,"[1,2]"', "hit_curve must look like [[start,run],...], got '[1,2]'"),
-        ('t,i,1,13,4,1024,""', "hit_curve must look like [[start,run],...], got ''"),
+        (
+            't,i,1,13,4,1024,"[[1,2]"',
+            "hit_curve must look like [[start,run],...] (compact), got '[[1,2]'",
+        ),
+        (
+            't,i,1,13,4,1024,"[1,2]"',
+            "hit_curve must look like [[start,run],...] (compact), got '[1,2]'",
+        ),
+        ('t,i,1,13,4,1024,""', "hit_curve must look like [[start,run],...] (compact), got ''"),
         ('t,i,1,13,4,1024,"[[1,2,3]]"', "hit_curve segment must be [start,run], got [1,2,3]"),
         ('t,i,1,13,4,1024,"[[1,2],[3]]"', "hit_curve segment must be [start,run], got [3]"),
         (
@@ -235,9 +241,19 @@ def test_bad_header_is_line_1(tmp_path: Path, content: str) -> None:
             't,i,1,7,4,1024,"[[1,2]]"',
             "hit_curve covers 2 blocks of 4 tokens but input_token_len is 7",
         ),
-        ('t,i,1,-1,4,1024,"[]"', "input_token_len must be >= 0, got -1"),
+        (
+            't,i,1,-1,4,1024,"[]"',
+            "input_token_len must be a non-negative decimal integer, got '-1'",
+        ),
+        ('t,i,-1,1,4,1024,"[]"', "timestamp_ns must be a non-negative decimal integer, got '-1'"),
+        ('t,i,1_0,1,4,1024,"[]"', "timestamp_ns must be a non-negative decimal integer, got '1_0'"),
+        ('t,i, 5,1,4,1024,"[]"', "timestamp_ns must be a non-negative decimal integer, got ' 5'"),
+        ('t,i,1,13,4,1024,"[[1, 2]]"', "hit_curve must look like [[start,run],...] (compact)"),
+        ('t,i,1,13,4,1024,"[[1,+2]]"', "hit_curve segment must hold decimal integers, got [1,+2]"),
+        ('t,i,9223372036854775808,1,4,1024,"[]"', "timestamp_ns must fit in int64"),
+        ('t,i,1,13,4,99999999999999999999999,"[]"', "block_bytes must fit in int64"),
         ('t,i,1,13,0,1024,"[]"', "block_size_tokens must be > 0, got 0"),
-        ('t,i,1,13,-4,1024,"[]"', "block_size_tokens must be > 0, got -4"),
+        ('t,i,1,13,-4,1024,"[]"', "block_size_tokens must be a non-negative decimal integer"),
         ('t,i,1,13,4,0,"[]"', "block_bytes must be > 0, got 0"),
     ],
 )
@@ -299,3 +315,14 @@ def test_non_integer_field_error_names_the_field(
     assert err.line_no == 2
     assert field in err.reason
     assert value in err.reason
+
+
+def test_invalid_utf8_in_an_id_names_field_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "f.csv"
+    path.write_bytes(
+        (FACTS_HEADER + "\n" + 'ok,i,1,13,4,1024,"[]"\n').encode() + b'b\xffd,i,1,13,4,1024,"[]"\n'
+    )
+    rows = read_facts(path)
+    assert next(rows).trace_id == "ok"
+    with pytest.raises(FactsFormatError, match=r"f\.csv:3: trace_id is not valid UTF-8"):
+        next(rows)

@@ -161,7 +161,7 @@ def test_list_groups_sorted_by_name() -> None:
         (
             make_group(ttl_seconds=-1),
             InvalidArgument,
-            "ttl_seconds of instance group 'g' must be an integer >= 0, got -1",
+            "ttl_seconds of instance group 'g' must be an integer in 0..9223372036, got -1",
         ),
         (
             make_group(shared_group_quota=True),
@@ -301,12 +301,12 @@ TWO_GROUPS = {
         (
             make_reg(block_size=0),
             InvalidArgument,
-            "block_size of instance_id 'i1' must be an integer > 0, got 0",
+            "block_size of instance_id 'i1' must be an integer in 1..2147483647 (tokens), got 0",
         ),
         (
             make_reg(block_size=-4),
             InvalidArgument,
-            "block_size of instance_id 'i1' must be an integer > 0, got -4",
+            "block_size of instance_id 'i1' must be an integer in 1..2147483647 (tokens), got -4",
         ),
         (
             make_reg(location_spec_infos=(LocationSpec("", 1024),)),
@@ -322,13 +322,13 @@ TWO_GROUPS = {
             make_reg(location_spec_infos=(LocationSpec("hbm", 0),)),
             InvalidArgument,
             "location_spec_infos[0].size of spec 'hbm' of instance_id 'i1' must be an integer "
-            "> 0 (bytes), got 0",
+            "in 1..9223372036854775807 (bytes), got 0",
         ),
         (
             make_reg(location_spec_infos=(LocationSpec("hbm", -5),)),
             InvalidArgument,
             "location_spec_infos[0].size of spec 'hbm' of instance_id 'i1' must be an integer "
-            "> 0 (bytes), got -5",
+            "in 1..9223372036854775807 (bytes), got -5",
         ),
         (
             make_reg(location_spec_groups=(LocationSpecGroup("", ("hbm",)),)),
@@ -942,3 +942,37 @@ def test_record_query_is_trace_query_without_the_answer() -> None:
     with pytest.raises(InvalidArgument, match="input_token_len must not be negative, got -1"):
         offline.record_query("i1", [A], -1)
     assert offline.list_instances() == online.list_instances()
+
+
+def test_values_beyond_the_wire_types_are_rejected_before_anything_is_stored() -> None:
+    """block_size is int32 and sizes/capacities int64 on the wire: reject, never publish."""
+    m = new_manager()
+    before = snapshot(m)
+    with pytest.raises(
+        InvalidArgument,
+        match=r"capacity_gb\[0\] of instance group 'big' must "
+        r"be at most 8589934591 GiB \(bytes must fit in int64\), got 1e\+300",
+    ):
+        m.create_group(make_group("big", capacity_gb=(1e300,)))
+    with pytest.raises(
+        InvalidArgument,
+        match=r"block_size of instance_id 'i2' must be an "
+        r"integer in 1\.\.2147483647 \(tokens\), got 4294967296",
+    ):
+        m.register_instance(make_reg("i2", block_size=2**32))
+    with pytest.raises(
+        InvalidArgument,
+        match=r"size of spec 'hbm' of instance_id 'i2' must be "
+        r"an integer in 1\.\.9223372036854775807 \(bytes\), got 9223372036854775808",
+    ):
+        m.register_instance(make_reg("i2", location_spec_infos=(LocationSpec("hbm", 2**63),)))
+    two = (LocationSpec("a", 2**62), LocationSpec("b", 2**62))
+    with pytest.raises(InvalidArgument, match=r"add up to 9223372036854775808 bytes per block"):
+        m.register_instance(
+            make_reg(
+                "i2",
+                location_spec_infos=two,
+                location_spec_groups=(LocationSpecGroup("full", ("a", "b")),),
+            )
+        )
+    assert snapshot(m) == before

@@ -27,10 +27,9 @@ from typing import IO, Any
 
 import orjson
 
+from litehit_core import MAX_CAPACITY_GB
 from litehit_service.outputs import atomic_outputs, progress
 
-MAX_CAPACITY_GB = (2**63 - 1) // 1024**3
-"""Largest finite capacity: its bytes must fit in int64 (about 8 EiB)."""
 WRITE_BATCH = 2048
 """Lines joined per write call."""
 SPOOL_BYTES = 64 * 1024 * 1024
