@@ -33,6 +33,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import orjson
+
 __all__ = [
     "EVENT_KINDS",
     "INT64_MAX",
@@ -115,6 +117,8 @@ _MISSING: Any = object()
 _INT_ONLY = frozenset({int})
 _new_event = tuple.__new__  # skips NamedTuple.__new__'s Python frame on the hot path
 _raw_decode = json.JSONDecoder().raw_decode
+_orjson_loads = orjson.loads
+_BLANK = object()  # marks a blank line (``null`` is a value, not a blank)
 _JSON_WS = " \t\n\r"
 _JSON_TYPE_NAMES = {
     dict: "object",
@@ -155,14 +159,40 @@ def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
         yield line_no, text
 
 
-def _decode_object(text: str, line_no: int, path: str) -> dict[str, Any] | None:
-    """Parse one JSONL line into a dict; ``None`` for a blank line. O(len(text))."""
+def _decode_object(
+    text: str, line_no: int, path: str, exact: bool = False
+) -> dict[str, Any] | None:
+    """Parse one JSONL line into a dict; ``None`` for a blank line. O(len(text)).
+
+    orjson parses well-formed lines (5x faster than :mod:`json`); anything it refuses
+    (blank lines, syntax errors, NaN) takes the :mod:`json` path, which names syntax errors
+    by column. orjson turns integers beyond int64 (negative) or uint64 into floats, so a
+    line that then fails a field check is parsed again with ``exact=True`` (:mod:`json`,
+    exact integers) to report the value as written; see :func:`parse_standard_line`.
+    """
+    if exact:
+        obj = _decode_careful(text, line_no, path)
+    else:
+        try:
+            obj = _orjson_loads(text)
+        except orjson.JSONDecodeError:
+            obj = _decode_careful(text, line_no, path)
+    if obj is _BLANK:
+        return None
+    if type(obj) is not dict:
+        kind = _JSON_TYPE_NAMES.get(type(obj), type(obj).__name__)
+        raise TraceFormatError(path, line_no, f"expected a JSON object, got {kind} {_show(obj)}")
+    return obj
+
+
+def _decode_careful(text: str, line_no: int, path: str) -> Any:
+    """The :mod:`json` parse of one line with exact error columns; ``_BLANK`` when blank."""
     try:
         obj, end = _raw_decode(text)
     except json.JSONDecodeError:
         # Leading whitespace, a blank line or a real syntax error: take the careful path.
         if not text.strip(_JSON_WS):
-            return None
+            return _BLANK
         try:
             obj = json.loads(text.rstrip(_JSON_WS))  # keep the error on line 1
         except json.JSONDecodeError as exc:
@@ -182,9 +212,6 @@ def _decode_object(text: str, line_no: int, path: str) -> dict[str, Any] | None:
                 raise TraceFormatError(
                     path, line_no, f"invalid JSON: extra data at column {column}"
                 )
-    if type(obj) is not dict:
-        kind = _JSON_TYPE_NAMES.get(type(obj), type(obj).__name__)
-        raise TraceFormatError(path, line_no, f"expected a JSON object, got {kind} {_show(obj)}")
     return obj
 
 
@@ -244,7 +271,14 @@ def parse_standard_line(text: str, line_no: int, path: str) -> TraceEvent | None
     Raises :class:`TraceFormatError` naming the field and value for any rule in the module
     docstring. O(len(text)).
     """
-    obj = _decode_object(text, line_no, path)
+    try:
+        return _standard_event(text, line_no, path, False)
+    except TraceFormatError:
+        return _standard_event(text, line_no, path, True)  # report exact values
+
+
+def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEvent | None:
+    obj = _decode_object(text, line_no, path, exact)
     if obj is None:
         return None
 
@@ -352,7 +386,16 @@ def parse_mooncake_line(
     ``block_size`` must be > 0 (the caller's job; :func:`read_mooncake` checks it).
     O(len(text)); per key only a slice plus a C-level type/range check.
     """
-    obj = _decode_object(text, line_no, path)
+    try:
+        return _mooncake_event(text, line_no, path, block_size, instance_id, False)
+    except TraceFormatError:
+        return _mooncake_event(text, line_no, path, block_size, instance_id, True)
+
+
+def _mooncake_event(
+    text: str, line_no: int, path: str, block_size: int, instance_id: str, exact: bool
+) -> TraceEvent | None:
+    obj = _decode_object(text, line_no, path, exact)
     if obj is None:
         return None
     try:
@@ -516,7 +559,7 @@ def _parse_lmcache_line(
 ) -> tuple[TraceEvent, ModelInfo | None] | None:
     """One LMCache lookup line -> (event, model info); model info is ``None`` when the line's
     model is filtered out (the line is still fully validated, except its dtypes). O(line)."""
-    obj = _decode_object(text, line_no, path)
+    obj = _decode_object(text, line_no, path, exact=True)
     if obj is None:
         return None
 

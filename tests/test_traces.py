@@ -600,3 +600,16 @@ def test_lmcache_empty_directory_is_an_error(tmp_path: Path) -> None:
         tmp_path,
         match_text=f"{tmp_path}:0: directory holds no lookup_hashes_*.jsonl files",
     )
+
+
+def test_integers_beyond_int64_are_reported_exactly_not_as_floats(tmp_path):
+    path = tmp_path / "t.jsonl"
+    for key in ("-9223372036854775809", "18446744073709551616", "123456789012345678901234"):
+        path.write_text(
+            '{"type": "get", "instance_id": "a", "timestamp_ns": 5, "keys": [1, ' + key + "], "
+            '"input_len": 4}\n'
+        )
+        with pytest.raises(
+            TraceFormatError, match=f"keys\\[1\\] is outside the int64 range .*got {key}$"
+        ):
+            list(read_standard(path))
