@@ -49,6 +49,7 @@ from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
 from litehit_service.traces import (
     TraceFormatError,
+    check_utf8,
     parse_mooncake_line,
     parse_standard_line,
     read_lmcache,
@@ -122,15 +123,6 @@ def _no_clock() -> int:
 # --------------------------------------------------------------------------- parsing
 
 
-def _check_utf8(text: str, line_no: int, path: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise TraceFormatError(
-            path, line_no, f"not valid UTF-8 (bad byte at column {exc.start + 1})"
-        ) from None
-
-
 def parse_lines(
     lines: Sequence[str],
     first_line_no: int,
@@ -154,14 +146,14 @@ def parse_lines(
         if trace_format == "mooncake":
             for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
                 if not text.isascii():
-                    _check_utf8(text, line_no, path)
+                    check_utf8(text, line_no, path)
                 ev = parse_mooncake_line(text, line_no, path, block_size, instance_id)
                 if ev is not None:
                     append(tuple(ev) if plain else ev)
         else:
             for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
                 if not text.isascii():
-                    _check_utf8(text, line_no, path)
+                    check_utf8(text, line_no, path)
                 ev = parse_standard_line(text, line_no, path)
                 if ev is not None:
                     append(tuple(ev) if plain else ev)

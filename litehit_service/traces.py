@@ -150,13 +150,18 @@ def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
     """Yield ``(line_no, text)`` and reject lines holding bytes that are not UTF-8. O(bytes)."""
     for line_no, text in enumerate(fh, 1):
         if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise TraceFormatError(
-                    path, line_no, f"not valid UTF-8 (bad byte at column {exc.start + 1})"
-                ) from None
+            check_utf8(text, line_no, path)
         yield line_no, text
+
+
+def check_utf8(text: str, line_no: int, path: str) -> None:
+    """Reject a line read with ``surrogateescape`` that held bytes not valid UTF-8. O(len)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TraceFormatError(
+            path, line_no, f"not valid UTF-8 (bad byte at column {exc.start + 1})"
+        ) from None
 
 
 def _decode_object(

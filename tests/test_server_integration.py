@@ -713,26 +713,16 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
 def test_litehit_serve_reports_start_up_errors(tmp_path: Path):
     bad = tmp_path / "groups.yaml"
     bad.write_text("instance_groups:\n  - name: g\n    capacity_gb: []\n    eviction_policy: lru\n")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "litehit_service",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--groups",
-            str(bad),
-        ],
-        capture_output=True,
-        text=True,
-        env=serve_env(),
-        cwd=ROOT,
-        timeout=60,
+    result = _cli(
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--groups",
+        str(bad),
     )
     assert result.returncode == 1
     assert result.stdout == ""
