@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from litehit_core.model import InvalidRequestError, NormalizedRequest
 from litehit_core.prefix_hash import apply_prefix_hash
 
+_new = tuple.__new__
+
 
 def normalize_request(
     block_keys: Sequence[int],
@@ -57,4 +59,4 @@ def normalize_request(
     k = block_size_tokens // trace_bs
     if k > 1:
         keys = keys[k - 1 :: k]
-    return NormalizedRequest(keys, input_token_len)
+    return _new(NormalizedRequest, (keys, input_token_len))

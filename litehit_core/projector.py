@@ -46,7 +46,7 @@ def project_curve_slots(
     """Hit blocks of one curve at each of many capacities (blocks), in their order.
 
     Same result as ``[project_curve(hit_curve, c) for c in capacities_blocks]``, with the
-    common zero- and one-segment curves done in one pass. O(slots * segments).
+    common zero-, one- and two-segment curves done in one pass. O(slots * segments).
     """
     if not hit_curve:
         return [0] * len(capacities_blocks)
@@ -55,6 +55,15 @@ def project_curve_slots(
         last = start + run - 1
         return [
             run if c >= last else (c - start + 1 if c >= start else 0) for c in capacities_blocks
+        ]
+    if len(hit_curve) == 2:  # one queue jump: the common multi-segment shape
+        (s1, r1), (s2, r2) = hit_curve
+        l1 = s1 + r1 - 1
+        l2 = s2 + r2 - 1
+        return [
+            (r1 if c >= l1 else (c - s1 + 1 if c >= s1 else 0))
+            + (r2 if c >= l2 else (c - s2 + 1 if c >= s2 else 0))
+            for c in capacities_blocks
         ]
     return [project_curve(hit_curve, c) for c in capacities_blocks]
 

@@ -217,6 +217,9 @@ def registration_result_to_pb(
 # --------------------------------------------------------------------------------------------
 
 _OK = pb2.OK
+# Shared, never mutated: protobuf only reads constructor dicts.
+_OK_STATUS = {"code": _OK}
+_OK_HEADER = {"status": _OK_STATUS}
 
 
 def trace_result_fields(result: TraceQueryResult, trace_id: str) -> dict[str, Any]:
@@ -228,7 +231,7 @@ def trace_result_fields(result: TraceQueryResult, trace_id: str) -> dict[str, An
     """
     t = result.theoretical
     return {
-        "header": {"status": {"code": _OK}, "request_id": trace_id},
+        "header": {"status": _OK_STATUS, "request_id": trace_id} if trace_id else _OK_HEADER,
         "total_blocks": result.total_blocks,
         "input_token_len": result.input_token_len,
         "capacity_results": [
