@@ -33,7 +33,7 @@ from litehit_core.projector import (
     project_infinite,
     project_matrix,
 )
-from litehit_core.query import query_facts
+from litehit_core.query import FactsQuery, QueryChunk, query_facts
 
 __all__ = [
     "FACTS_FILENAME",
@@ -42,6 +42,7 @@ __all__ = [
     "CurvePoint",
     "FactRow",
     "FactsFormatError",
+    "FactsQuery",
     "FactsWriter",
     "HitCurveAccumulator",
     "csv_field",
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidRequestError",
     "LiteHit",
     "NormalizedRequest",
+    "QueryChunk",
     "RequestFact",
     "apply_prefix_hash",
     "bytes_to_blocks",

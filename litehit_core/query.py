@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from itertools import islice
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,26 +42,99 @@ def _slot_bytes(capacity_gb_list: Sequence[float]) -> list[int]:
     return out
 
 
-class _Totals:
-    __slots__ = ("requests", "tokens", "hit_blocks", "hit_tokens")
+class QueryChunk(NamedTuple):
+    """One chunk of projected rows: ``hit_blocks`` (int64) and ``hit_rates`` (float64) are
+    (rows x slots) matrices aligned with ``rows``."""
 
-    def __init__(self, n_slots: int) -> None:
-        self.requests = 0
-        self.tokens = 0
-        self.hit_blocks = np.zeros(n_slots, dtype=np.int64)
-        self.hit_tokens = np.zeros(n_slots, dtype=np.int64)
+    rows: list[FactRow]
+    hit_blocks: np.ndarray
+    hit_rates: np.ndarray
 
-    def row(self, capacity_gb: list[float], instance_id: str | None) -> dict[str, Any]:
+
+class FactsQuery:
+    """Projects facts at a fixed list of capacity slots, chunk by chunk, and accumulates
+    the per-instance and total summaries (integers; rates only at the end).
+
+    :func:`query_facts` renders it as dicts; ``litehit query`` renders the same chunks as
+    JSON text in bulk. Memory: O(chunk + instances x slots).
+    """
+
+    def __init__(self, capacity_gb_list: Sequence[float], chunk_rows: int = CHUNK_ROWS) -> None:
+        self.capacity_gb = list(capacity_gb_list)
+        self._slot_bytes = _slot_bytes(self.capacity_gb)
+        self._chunk_rows = max(1, chunk_rows)
+        n_slots = len(self._slot_bytes)
+        self._index: dict[str, int] = {}  # instance_id -> row of the accumulators
+        self._requests = np.zeros(0, dtype=np.int64)
+        self._tokens = np.zeros(0, dtype=np.int64)
+        self._hit_blocks = np.zeros((0, n_slots), dtype=np.int64)
+        self._hit_tokens = np.zeros((0, n_slots), dtype=np.int64)
+
+    def chunks(self, rows: Iterable[FactRow]) -> Iterator[QueryChunk]:
+        """Project ``rows`` chunk by chunk (and add them to the summaries).
+
+        O(segments x slots) numpy work and O(rows) Python work per chunk.
+        """
+        slot_bytes = self._slot_bytes
+        index = self._index
+        rows_iter = iter(rows)
+        while True:
+            chunk = list(islice(rows_iter, self._chunk_rows))
+            if not chunk:
+                return
+            n = len(chunk)
+            hits = project_matrix(
+                [r.hit_curve for r in chunk], [r.block_bytes for r in chunk], slot_bytes
+            )
+            bs = np.fromiter((r.block_size_tokens for r in chunk), dtype=np.int64, count=n)
+            tokens = np.fromiter((r.input_token_len for r in chunk), dtype=np.int64, count=n)
+            hit_tokens = hits * bs[:, None]
+            rates = hit_tokens / np.maximum(tokens, 1)[:, None]  # 0 hits when 0 tokens
+            setdefault = index.setdefault
+            codes = np.fromiter(
+                (setdefault(r.instance_id, len(index)) for r in chunk), dtype=np.int64, count=n
+            )
+            self._grow(len(index))
+            np.add.at(self._requests, codes, 1)
+            np.add.at(self._tokens, codes, tokens)
+            np.add.at(self._hit_blocks, codes, hits)
+            np.add.at(self._hit_tokens, codes, hit_tokens)
+            yield QueryChunk(chunk, hits, rates)
+
+    def _grow(self, n_instances: int) -> None:
+        extra = n_instances - len(self._requests)
+        if extra > 0:
+            n_slots = self._hit_blocks.shape[1]
+            self._requests = np.concatenate([self._requests, np.zeros(extra, np.int64)])
+            self._tokens = np.concatenate([self._tokens, np.zeros(extra, np.int64)])
+            self._hit_blocks = np.vstack([self._hit_blocks, np.zeros((extra, n_slots), np.int64)])
+            self._hit_tokens = np.vstack([self._hit_tokens, np.zeros((extra, n_slots), np.int64)])
+
+    def summaries(self) -> list[dict[str, Any]]:
+        """One summary per instance (lexicographic instance_id), then the total. O(i x s)."""
+        out = [self._summary(self._index[iid], iid) for iid in sorted(self._index)]
+        out.append(self._summary(None, None))
+        return out
+
+    def _summary(self, i: int | None, instance_id: str | None) -> dict[str, Any]:
+        if i is None:
+            requests = int(self._requests.sum())
+            tokens = int(self._tokens.sum())
+            hit_blocks = self._hit_blocks.sum(axis=0).tolist()
+            hit_tokens = self._hit_tokens.sum(axis=0).tolist()
+        else:
+            requests = int(self._requests[i])
+            tokens = int(self._tokens[i])
+            hit_blocks = self._hit_blocks[i].tolist()
+            hit_tokens = self._hit_tokens[i].tolist()
         out: dict[str, Any] = {"summary": True}
         if instance_id is not None:
             out["instance_id"] = instance_id
-        tokens = self.tokens
-        hit_tokens = self.hit_tokens.tolist()
         out.update(
-            requests=self.requests,
+            requests=requests,
             total_input_tokens=tokens,
-            capacity_gb=list(capacity_gb),
-            total_hit_blocks=self.hit_blocks.tolist(),
+            capacity_gb=list(self.capacity_gb),
+            total_hit_blocks=hit_blocks,
             total_hit_tokens=hit_tokens,
             hit_rates=[h / tokens if tokens else 0.0 for h in hit_tokens],
         )
@@ -75,32 +149,15 @@ def query_facts(
     Cost: O(rows x slots) output plus O(segments x slots) vectorised work. Errors in the
     capacity list raise :class:`InvalidRequestError` before anything is yielded.
     """
-    capacity_gb = list(capacity_gb_list)
-    slot_bytes = _slot_bytes(capacity_gb)
-    n_slots = len(slot_bytes)
-    per_instance: dict[str, _Totals] = {}
-    total = _Totals(n_slots)
-    chunk: list[FactRow] = []
-    rows_iter = iter(rows)
-    while True:
-        chunk.clear()
-        for row in rows_iter:
-            chunk.append(row)
-            if len(chunk) >= chunk_rows:
-                break
-        if not chunk:
-            break
-        hits = project_matrix(
-            [r.hit_curve for r in chunk], [r.block_bytes for r in chunk], slot_bytes
-        )
-        bs = np.fromiter((r.block_size_tokens for r in chunk), dtype=np.int64, count=len(chunk))
-        tokens = np.fromiter((r.input_token_len for r in chunk), dtype=np.int64, count=len(chunk))
-        hit_tokens = hits * bs[:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rates = np.where(tokens[:, None] > 0, hit_tokens / np.maximum(tokens, 1)[:, None], 0.0)
-        hits_l = hits.tolist()
-        rates_l = rates.tolist()
-        for i, row in enumerate(chunk):
+    query = FactsQuery(capacity_gb_list, chunk_rows)
+    return _query_rows(query, rows)
+
+
+def _query_rows(query: FactsQuery, rows: Iterable[FactRow]) -> Iterator[dict[str, Any]]:
+    for chunk in query.chunks(rows):
+        hits_l = chunk.hit_blocks.tolist()
+        rates_l = chunk.hit_rates.tolist()
+        for i, row in enumerate(chunk.rows):
             yield {
                 "trace_id": row.trace_id,
                 "instance_id": row.instance_id,
@@ -109,21 +166,4 @@ def query_facts(
                 "hit_blocks": hits_l[i],
                 "hit_rates": rates_l[i],
             }
-        # accumulate per instance (group the chunk's rows by instance)
-        ids = [row.instance_id for row in chunk]
-        for iid in set(ids):
-            mask = np.fromiter((x == iid for x in ids), dtype=bool, count=len(ids))
-            acc = per_instance.get(iid)
-            if acc is None:
-                acc = per_instance[iid] = _Totals(n_slots)
-            acc.requests += int(mask.sum())
-            acc.tokens += int(tokens[mask].sum())
-            acc.hit_blocks += hits[mask].sum(axis=0)
-            acc.hit_tokens += hit_tokens[mask].sum(axis=0)
-        total.requests += len(chunk)
-        total.tokens += int(tokens.sum())
-        total.hit_blocks += hits.sum(axis=0)
-        total.hit_tokens += hit_tokens.sum(axis=0)
-    for iid in sorted(per_instance):
-        yield per_instance[iid].row(capacity_gb, iid)
-    yield total.row(capacity_gb, None)
+    yield from query.summaries()

@@ -306,9 +306,7 @@ def test_reader_streams_rows_before_the_bad_one(tmp_path: Path) -> None:
 def test_non_integer_field_error_names_the_field(
     tmp_path: Path, line: str, field: str, value: str
 ) -> None:
-    # CORE BUG (reported): read_facts wraps int()'s own ValueError, so the reason is
-    # "invalid literal for int() with base 10: 'abc'" and never names the column; the
-    # ground rules require every bad-input error to name the field and the value.
+    # every bad-input error names the column and the value as written
     path = tmp_path / "f.csv"
     path.write_text(FACTS_HEADER + "\n" + line + "\n")
     err = read_error(path)
@@ -326,3 +324,21 @@ def test_invalid_utf8_in_an_id_names_field_and_line(tmp_path: Path) -> None:
     assert next(rows).trace_id == "ok"
     with pytest.raises(FactsFormatError, match=r"f\.csv:3: trace_id is not valid UTF-8"):
         next(rows)
+
+
+def test_fast_and_csv_paths_read_the_same_rows(tmp_path: Path) -> None:
+    """Quoted ids (commas, quotes, newlines) read back exactly; line numbers stay physical."""
+    rows = [
+        FactRow("plain", "i", 1, 13, 4, 1024, (S(1, 2),)),
+        FactRow('q"uo,te', "i", 2, 13, 4, 1024, ()),
+        FactRow("multi\nline", "i,2", 3, 13, 4, 1024, (S(1, 1), S(3, 2))),
+        FactRow("plain-again", "i", 4, 13, 4, 1024, (S(1, 3),)),
+    ]
+    path = tmp_path / "f.csv"
+    write_rows(path, rows)
+    assert list(read_facts(path)) == rows
+    # an error after the switch still names the physical line
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('x,i,5,13,4,0,"[]"\n')
+    with pytest.raises(FactsFormatError, match=r"f\.csv:7: block_bytes must be > 0, got 0"):
+        list(read_facts(path))

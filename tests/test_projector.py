@@ -238,8 +238,7 @@ def test_project_matrix_rejects_bad_block_bytes() -> None:
 
 
 def test_project_matrix_rejects_bad_block_bytes_even_for_empty_curves() -> None:
-    # CORE BUG (reported): project_bytes rejects block_bytes 0 for ANY fact, but
-    # project_matrix returns zeros without validating when every curve is empty.
+    # like project_bytes, project_matrix validates block_bytes even when no curve has a hit
     with pytest.raises(InvalidRequestError, match=r"block_bytes must be > 0, got 0"):
         project_bytes(fact(), 4096, 0)
     with pytest.raises(InvalidRequestError, match=r"block_bytes must be > 0, got 0"):

@@ -256,9 +256,8 @@ def test_accepts_a_one_shot_iterator() -> None:
 
 
 def test_empty_capacity_list_rejected_before_any_output() -> None:
-    gen = query_facts(WORKED_ROWS, [])
     with pytest.raises(InvalidRequestError) as info:
-        next(gen)
+        query_facts(WORKED_ROWS, [])  # raised at the call, before any row is read
     assert "capacity_gb" in str(info.value)
     assert "[]" in str(info.value)
 
@@ -277,8 +276,6 @@ def test_positive_infinity_rejected_clearly() -> None:
 
 
 def test_capacity_beyond_int64_bytes_is_still_exact() -> None:
-    # CORE BUG (reported): 1e10 GiB is ~1.07e19 bytes, more than int64 holds; project_bytes
-    # answers it exactly (everything hits) but query_facts crashes inside project_matrix
-    # with a bare OverflowError("Python int too large to convert to C long").
+    # 1e10 GiB is ~1.07e19 bytes, more than int64 holds: still exact (everything hits).
     out = list(query_facts(WORKED_ROWS, [1e10, -1]))
     assert [row["hit_blocks"] for row in out[:5]] == [[0, 0], [2, 2], [3, 3], [1, 1], [2, 2]]

@@ -336,3 +336,20 @@ def test_progress_bar_only_on_a_terminal(worked: Path) -> None:
     tty_err = b"".join(chunks).decode()
     assert "req [" in tty_err  # tqdm's bar: "0req [00:00, ?req/s]"
     assert "query: 5 requests, 1 instances, " in tty_err
+
+
+def test_bulk_chunk_rendering_is_byte_identical_to_row_rendering(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI serialises whole numpy chunks; the bytes equal orjson on each query_facts row."""
+    path = tmp_path / "facts.csv"
+    rows = random_rows(13)
+    with FactsWriter(path) as writer:
+        for row in rows:
+            writer.write(row)
+    caps = ["-1", "0", "1e-6", "3.5e-6", "0.5", "1e-6"]
+    code, out, _ = run(capsys, str(path), "--capacity-gb", *caps)
+    assert code == 0
+    parsed = [float(c) if "." in c or "e" in c else int(c) for c in caps]
+    expected = "".join(json_lines(query_facts(read_facts(path), parsed)))
+    assert out == expected

@@ -23,15 +23,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from litehit_core import MAX_CAPACITY_GB
 from litehit_service.outputs import atomic_outputs, progress
 
-WRITE_BATCH = 2048
-"""Lines joined per write call."""
+if TYPE_CHECKING:
+    from litehit_core import FactsQuery, QueryChunk
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
 SPOOL_BYTES = 64 * 1024 * 1024
 """Stdout output is buffered in memory up to this size, then in a temporary file."""
 
@@ -112,43 +115,62 @@ def json_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         yield dumps(row).decode() + "\n"
 
 
-def _write_batched(lines: Iterable[str], out: IO[str]) -> None:
-    batch: list[str] = []
-    append = batch.append
-    for line in lines:
-        append(line)
-        if len(batch) >= WRITE_BATCH:
-            out.write("".join(batch))
-            batch.clear()
-    if batch:
-        out.write("".join(batch))
+def _chunk_lines(chunk: QueryChunk) -> bytes:
+    """A chunk's per-request rows as JSON lines, the same JSON as :func:`json_lines` of
+    ``query_facts`` rows. The two matrices are serialised in bulk (orjson, C) and split
+    into rows; per row only ids and two ints are formatted. O(rows x slots)."""
+    dumps = orjson.dumps
+    hits = dumps(chunk.hit_blocks, option=_NUMPY)[2:-2].split(b"],[")
+    rates = dumps(chunk.hit_rates, option=_NUMPY)[2:-2].split(b"],[")
+    ids: dict[str, bytes] = {}
+    lines = []
+    append = lines.append
+    for row, h, r in zip(chunk.rows, hits, rates):
+        iid = ids.get(row.instance_id)
+        if iid is None:
+            iid = ids[row.instance_id] = dumps(row.instance_id)
+        append(
+            b'{"trace_id":%b,"instance_id":%b,"timestamp_ns":%d,"input_token_len":%d,'
+            b'"hit_blocks":[%b],"hit_rates":[%b]}\n'
+            % (dumps(row.trace_id), iid, row.timestamp_ns, row.input_token_len, h, r)
+        )
+    return b"".join(lines)
+
+
+def _write_query(
+    query: FactsQuery, rows: Iterable[Any], out: IO[bytes], summary_only: bool
+) -> tuple[int, int]:
+    """Write every line of ``query`` over ``rows`` to ``out``; returns (requests, instances)."""
+    for chunk in query.chunks(rows):
+        if not summary_only:
+            out.write(_chunk_lines(chunk))
+    summaries = query.summaries()
+    out.write(b"".join(orjson.dumps(row) + b"\n" for row in summaries))
+    return summaries[-1]["requests"], len(summaries) - 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the query; returns the exit code (0, or 2 on any error)."""
-    from litehit_core import FactsFormatError, InvalidRequestError, query_facts, read_facts
+    from litehit_core import FactsFormatError, FactsQuery, InvalidRequestError, read_facts
 
     out_path = args.output
     if out_path is not None and os.path.realpath(out_path) == os.path.realpath(args.facts):
         print(f"litehit query: error: -o {out_path!r} is the facts file", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    stats = {"requests": 0, "instances": 0}
     try:
+        query = FactsQuery(args.capacity_gb)
         rows = progress(read_facts(args.facts), "req")
-        results = _tally(query_facts(rows, args.capacity_gb), stats, args.summary_only)
         if out_path is not None:
-            with atomic_outputs([out_path]) as (tmp,):
-                with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-                    _write_batched(json_lines(results), fh)
+            with atomic_outputs([out_path]) as (tmp,), open(tmp, "wb") as fh:
+                n, instances = _write_query(query, rows, fh, args.summary_only)
         else:
-            with tempfile.SpooledTemporaryFile(
-                max_size=SPOOL_BYTES, mode="w+", encoding="utf-8", newline="\n"
-            ) as spool:
-                _write_batched(json_lines(results), spool)
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b") as spool:
+                n, instances = _write_query(query, rows, spool, args.summary_only)
                 spool.seek(0)
-                shutil.copyfileobj(spool, sys.stdout)
                 sys.stdout.flush()
+                shutil.copyfileobj(spool, sys.stdout.buffer)
+                sys.stdout.buffer.flush()
     except BaseException as exc:
         if isinstance(exc, FactsFormatError):
             print(exc, file=sys.stderr)
@@ -164,30 +186,13 @@ def run(args: argparse.Namespace) -> int:
             return 2
         raise
     elapsed = time.perf_counter() - started
-    n = stats["requests"]
     rate = n / elapsed if elapsed > 0 else 0.0
     print(
-        f"query: {n} requests, {stats['instances']} instances, {elapsed:.3f} s, "
+        f"query: {n} requests, {instances} instances, {elapsed:.3f} s, "
         f"{rate:,.0f} requests/s -> {out_path or 'stdout'}",
         file=sys.stderr,
     )
     return 0
-
-
-def _tally(
-    results: Iterable[dict[str, Any]], stats: dict[str, int], summary_only: bool
-) -> Iterator[dict[str, Any]]:
-    """Pass rows through (dropping per-request rows if ``summary_only``), counting into
-    ``stats``: requests from the total row, instances from the per-instance summaries."""
-    for row in results:
-        if "summary" in row:
-            if "instance_id" in row:
-                stats["instances"] += 1
-            else:
-                stats["requests"] = row["requests"]
-        elif summary_only:
-            continue
-        yield row
 
 
 def _silence_stdout() -> None:
