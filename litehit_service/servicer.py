@@ -224,7 +224,7 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
         try:
             result = self._manager.trace_query(
                 request.instance_id,
-                request.block_keys,
+                request.block_keys[:],  # a list: upb slices 2x faster than list()
                 request.input_token_len,
                 len(request.token_ids),
                 request.timestamp_ns,
