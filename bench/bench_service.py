@@ -5,8 +5,9 @@ Usage: python bench/bench_service.py [TRACE.jsonl] [--batch 256] [--unary-rate 5
 Starts ``litehit serve`` as a separate process on 127.0.0.1 (ephemeral ports), registers
 one instance (block_size 512, 8 capacity slots + theoretical), and from this process:
 (1) streams every request of the trace through TraceQueryStream in batches and reports
-queries/s; (2) replays the same trace through an in-process OnlineOptimizerManager for
-the ratio; (3) sends unary TraceQuery calls at a fixed rate and reports p50/p99 latency.
+queries/s; (2) replays the same trace through an in-process OnlineOptimizerManager, and
+through the servicer without sockets, for the ratios; (3) sends unary TraceQuery calls
+at a fixed rate and reports p50/p99 latency.
 The default trace is ../shared/traces/mooncake/conversation_trace.jsonl (Mooncake
 FAST'25, kvcache-ai/Mooncake, FAST25-release/traces/).
 """
@@ -28,12 +29,14 @@ from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
 from litehit_service._proto import optimizer_service_pb2 as pb2  # noqa: E402
 from litehit_service.client import OptimizerClient  # noqa: E402
 from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
+from litehit_service.metrics import ServiceMetrics  # noqa: E402
 from litehit_service.model import (  # noqa: E402
     InstanceGroup,
     InstanceRegistration,
     LocationSpec,
     LocationSpecGroup,
 )
+from litehit_service.servicer import OptimizerServicer  # noqa: E402
 
 CAPACITY_GB = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 GROUP = InstanceGroup("bench", CAPACITY_GB, enable_theoretical_max_cache=True)
@@ -86,6 +89,21 @@ def main() -> int:
     in_process = n / (time.perf_counter() - t0)
     expect = [s.total_hits for s in manager.list_instances()[0].capacity_summaries]
 
+    # in-process servicer: request parsing + manager + response building, no sockets
+    manager = OnlineOptimizerManager()
+    manager.create_group(GROUP)
+    manager.register_instance(REG)
+    servicer = OptimizerServicer(manager, ServiceMetrics(manager))
+    wire_batches = [
+        pb2.TraceQueryBatchRequest(queries=queries[i : i + args.batch]).SerializeToString()
+        for i in range(0, n, args.batch)
+    ]
+    t0 = time.perf_counter()
+    parsed = map(pb2.TraceQueryBatchRequest.FromString, wire_batches)
+    for response in servicer.TraceQueryStream(parsed, None):
+        response.SerializeToString()
+    in_servicer = n / (time.perf_counter() - t0)
+
     with tempfile.TemporaryDirectory() as data_dir:
         proc, addr = start_server(data_dir)
         try:
@@ -123,6 +141,7 @@ def main() -> int:
     p99 = lat[int(0.99 * (len(lat) - 1))] * 1e3
     print(f"trace: {args.trace.name}: {n} requests; 8 slots + theoretical, block 512")
     print(f"in-process manager:         {in_process:,.0f} queries/s")
+    print(f"in-process servicer:        {in_servicer:,.0f} queries/s (parse, manager, response)")
     print(f"TraceQueryStream (batch {args.batch}): {streamed:,.0f} queries/s "
           f"({streamed / in_process:.0%} of in-process); totals equal in-process: yes")  # fmt: skip
     print(f"unary TraceQuery at {args.unary_rate:.0f}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
