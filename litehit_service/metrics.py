@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -173,53 +173,74 @@ def _families() -> list[Metric]:
 
 
 class LatencyHistogram(Collector):
-    """``litehit_trace_query_duration_seconds{method}``: per-query handling time.
+    """``litehit_trace_query_duration_seconds{method,instance_group,instance_id}``.
 
-    Unlike ``prometheus_client.Histogram`` it takes a whole batch of observations under
-    one lock (:meth:`observe_many`), which keeps the per-query cost of a streamed batch
-    far below a microsecond. Buckets are ``le`` (inclusive) bounds in seconds.
+    Per-query handling time. Unlike ``prometheus_client.Histogram`` it takes a whole batch
+    of observations under one lock (:meth:`observe_many`), which keeps the per-query cost
+    of a streamed batch far below a microsecond. Buckets are ``le`` (inclusive) bounds in
+    seconds. Series are keyed by instance id; the group label is looked up at scrape time,
+    and ids that are no longer registered are dropped then (bounded cardinality: a query
+    for an unknown instance is recorded with empty instance labels).
     """
 
     name = "litehit_trace_query_duration_seconds"
+    labels = ["method", "instance_group", "instance_id"]
 
-    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+    def __init__(
+        self, manager: OnlineOptimizerManager, bounds: tuple[float, ...] = LATENCY_BUCKETS
+    ) -> None:
+        self._manager = manager
         self._bounds = bounds
         self._lock = threading.Lock()
-        self._counts: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
+        self._counts: dict[tuple[str, str], list[int]] = {}
+        self._sums: dict[tuple[str, str], float] = {}
 
-    def observe_many(self, method: str, seconds: Iterable[float]) -> None:
-        """Record many observations (seconds) of ``method``. O(k log buckets)."""
+    def observe_many(
+        self, method: str, seconds: Sequence[float], instance_ids: Sequence[str]
+    ) -> None:
+        """Record observations (seconds) of ``method``, one per instance id. O(k log b)."""
         bounds = self._bounds
-        values = list(seconds)
-        slots = [bisect_left(bounds, v) for v in values]
-        total = sum(values)
+        slots = [bisect_left(bounds, v) for v in seconds]
         with self._lock:
-            counts = self._counts.get(method)
-            if counts is None:
-                counts = self._counts[method] = [0] * (len(bounds) + 1)
-                self._sums[method] = 0.0
-            for i in slots:
-                counts[i] += 1
-            self._sums[method] += total
+            counts_of, sums = self._counts, self._sums
+            for iid, slot, value in zip(instance_ids, slots, seconds):
+                key = (method, iid)
+                counts = counts_of.get(key)
+                if counts is None:
+                    counts = counts_of[key] = [0] * (len(bounds) + 1)
+                    sums[key] = 0.0
+                counts[slot] += 1
+                sums[key] += value
+
+    def forget(self, instance_id: str) -> None:
+        """Drop every series of ``instance_id`` (removed, reset or re-registered). O(series)."""
+        with self._lock:
+            for key in [k for k in self._counts if k[1] == instance_id]:
+                del self._counts[key]
+                del self._sums[key]
 
     def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, "", labels=["method"])
+        yield HistogramMetricFamily(self.name, "", labels=self.labels)
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(
-            self.name, "Time to handle one TraceQuery, per query (seconds).", labels=["method"]
+            self.name, "Time to handle one TraceQuery, per query (seconds).", labels=self.labels
         )
+        groups = {s.instance_id: s.instance_group for s in self._manager.instance_states()}
+        groups[""] = ""
         with self._lock:
-            snapshot = [(m, list(c), self._sums[m]) for m, c in sorted(self._counts.items())]
-        for method, counts, total in snapshot:
+            for key in [k for k in self._counts if k[1] not in groups]:
+                del self._counts[key]
+                del self._sums[key]
+            snapshot = [(k, list(c), self._sums[k]) for k, c in sorted(self._counts.items())]
+        for (method, iid), counts, total in snapshot:
             cumulative = 0
             buckets = []
             for bound, count in zip(self._bounds, counts):
                 cumulative += count
                 buckets.append((repr(float(bound)), cumulative))
             buckets.append(("+Inf", cumulative + counts[-1]))
-            family.add_metric([method], buckets, total)
+            family.add_metric([method, groups[iid], iid], buckets, total)
         yield family
 
 
@@ -231,7 +252,7 @@ class ServiceMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(InstanceCollector(manager))
-        self._latency = LatencyHistogram()
+        self._latency = LatencyHistogram(manager)
         self.registry.register(self._latency)
         self._errors = Counter(
             "litehit_errors",
@@ -240,13 +261,20 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
-    def observe_query(self, method: str, seconds: float) -> None:
-        """Record one query's handling time (seconds) under ``method``. O(log buckets)."""
-        self._latency.observe_many(method, (seconds,))
+    def observe_query(self, method: str, seconds: float, instance_id: str = "") -> None:
+        """Record one query's handling time (seconds). O(log buckets)."""
+        self._latency.observe_many(method, (seconds,), (instance_id,))
 
-    def observe_queries(self, method: str, seconds: Iterable[float]) -> None:
+    def observe_queries(
+        self, method: str, seconds: Sequence[float], instance_ids: Sequence[str]
+    ) -> None:
         """Record a batch of queries' handling times under one lock. O(k log buckets)."""
-        self._latency.observe_many(method, seconds)
+        self._latency.observe_many(method, seconds, instance_ids)
+
+    def forget_instance(self, instance_id: str) -> None:
+        """Drop the latency series of ``instance_id`` (the per-instance counters are
+        computed from live state and need nothing). O(series)."""
+        self._latency.forget(instance_id)
 
     def count_error(self, method: str, code: str) -> None:
         """Count one error answer of ``method`` with ErrorCode name ``code``. O(1)."""

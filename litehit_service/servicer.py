@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
+_T = TypeVar("_T")
+_INSTANCE_NOT_EXIST = pb2.INSTANCE_NOT_EXIST
 
 _INTERNAL = pb2.INTERNAL_ERROR
 
@@ -157,7 +159,10 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
         return self._run(
             "RegisterInstance",
             trace_id,
-            lambda: self._manager.register_instance(wire.registration_from_pb(request)),
+            lambda: self._forgetting(
+                request.instance_id,
+                self._manager.register_instance(wire.registration_from_pb(request)),
+            ),
             lambda result: wire.registration_result_to_pb(result, trace_id),
             pb2.OptimizerRegisterInstanceResponse,
         )
@@ -170,7 +175,9 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
         return self._run(
             "RemoveInstance",
             trace_id,
-            lambda: self._manager.remove_instance(request.instance_id),
+            lambda: self._forgetting(
+                request.instance_id, self._manager.remove_instance(request.instance_id)
+            ),
             lambda _: pb2.OptimizerRemoveInstanceResponse(header=wire.ok_header(trace_id)),
             pb2.OptimizerRemoveInstanceResponse,
         )
@@ -212,15 +219,27 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
         return self._run(
             "ResetStats",
             trace_id,
-            lambda: self._manager.reset_stats(request.instance_id),
+            lambda: self._forgetting(
+                request.instance_id, self._manager.reset_stats(request.instance_id)
+            ),
             lambda _: pb2.OptimizerResetStatsResponse(header=wire.ok_header(trace_id)),
             pb2.OptimizerResetStatsResponse,
         )
 
+    def _forgetting(self, instance_id: str, result: _T) -> _T:
+        """After a successful register/remove/reset: the instance's latency starts anew."""
+        if self._metrics is not None:
+            self._metrics.forget_instance(instance_id)
+        return result
+
     # ---------------------------------------------------------------- queries
 
     def _answer(self, method: str, request: pb2.TraceQueryRequest) -> dict[str, Any]:
-        """Process one query; the response's constructor fields. O(keys + slots)."""
+        """Process one query; the response's constructor fields. O(keys + slots).
+
+        A failed query's header carries its error; its status code tells the latency
+        recorder whether the instance exists (see :func:`_latency_id`).
+        """
         try:
             result = self._manager.trace_query(
                 request.instance_id,
@@ -241,7 +260,9 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
         start = perf_counter()
         fields = self._answer("TraceQuery", request)
         if self._metrics is not None:
-            self._metrics.observe_query("TraceQuery", perf_counter() - start)
+            self._metrics.observe_query(
+                "TraceQuery", perf_counter() - start, _latency_id(request, fields)
+            )
         return pb2.TraceQueryResponse(**fields)
 
     def TraceQueryStream(
@@ -262,10 +283,19 @@ class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
             append = results.append
             durations = []
             record = durations.append
-            for query in batch.queries:
+            queries = batch.queries
+            for query in queries:
                 start = perf_counter()
                 append(answer(method, query))
                 record(perf_counter() - start)
             if metrics is not None:
-                metrics.observe_queries(method, durations)
+                metrics.observe_queries(method, durations, list(map(_latency_id, queries, results)))
             yield batch_type(results=results)
+
+
+def _latency_id(request: pb2.TraceQueryRequest, fields: dict[str, Any]) -> str:
+    """The instance id a query's latency is recorded under: empty for an unknown instance
+    (keeps the series bounded by the registered instances)."""
+    if fields["header"]["status"]["code"] == _INSTANCE_NOT_EXIST:
+        return ""
+    return request.instance_id

@@ -78,7 +78,7 @@ EXPECTED_PANEL_UNITS = {
 }
 
 # Metrics without instance labels (direct instruments of the servicer).
-UNSCOPED_METRICS = {"litehit_errors_total", "litehit_trace_query_duration_seconds_bucket"}
+UNSCOPED_METRICS = {"litehit_errors_total"}  # errors are per method and code only
 INSTANCE_FILTER = ('instance_group=~"$instance_group"', 'instance_id=~"$instance_id"')
 
 
@@ -435,7 +435,8 @@ def test_dashboard_hit_rate_panels(dashboard: dict[str, Any]) -> None:
 def test_dashboard_latency_quantiles(dashboard: dict[str, Any]) -> None:
     panel = _panel(dashboard, "TraceQuery latency p50 / p99")
     inner = (
-        "sum by (le, method) (rate(litehit_trace_query_duration_seconds_bucket[$__rate_interval]))"
+        "sum by (le, method) (rate(litehit_trace_query_duration_seconds_bucket"
+        '{instance_group=~"$instance_group", instance_id=~"$instance_id"}[$__rate_interval]))'
     )
     assert [(t["expr"], t["legendFormat"]) for t in panel["targets"]] == [
         (f"histogram_quantile(0.5, {inner})", "p50 {{method}}"),

@@ -202,23 +202,36 @@ def test_ttl_expired_blocks_counter() -> None:
 
 
 def test_latency_histogram_and_error_counter() -> None:
-    _, metrics = setup()
-    metrics.observe_query("TraceQuery", 0.0002)
-    metrics.observe_query("TraceQuery", 0.003)
-    metrics.observe_query("TraceQueryStream", 0.00001)
+    manager, metrics = setup()
+    metrics.observe_query("TraceQuery", 0.0002, "i1")
+    metrics.observe_query("TraceQuery", 0.003, "i1")
+    metrics.observe_queries("TraceQueryStream", [0.00001, 0.5], ["i1", ""])
     metrics.observe_query("Other", 2.0)
+    metrics.observe_query("TraceQuery", 0.1, "removed-long-ago")  # pruned at scrape
     metrics.count_error("TraceQuery", "INVALID_ARGUMENT")
     metrics.count_error("TraceQuery", "INVALID_ARGUMENT")
     metrics.count_error("RegisterInstance", "INSTANCE_NOT_EXIST")
     values = samples(metrics)
     h = "litehit_trace_query_duration_seconds"
-    assert values[(h + "_count", (("method", "TraceQuery"),))] == 2
-    assert values[(h + "_sum", (("method", "TraceQuery"),))] == pytest.approx(0.0032)
-    assert values[(h + "_bucket", (("le", "0.00025"), ("method", "TraceQuery")))] == 1
-    assert values[(h + "_bucket", (("le", "0.005"), ("method", "TraceQuery")))] == 2
-    assert values[(h + "_bucket", (("le", "5e-05"), ("method", "TraceQueryStream")))] == 1
-    assert values[(h + "_bucket", (("le", "1.0"), ("method", "Other")))] == 0
-    assert values[(h + "_bucket", (("le", "+Inf"), ("method", "Other")))] == 1
+
+    def key(suffix: str, method: str, iid: str = "i1", le: str | None = None) -> tuple:
+        labels = {"method": method, "instance_group": "g" if iid else "", "instance_id": iid}
+        if le is not None:
+            labels["le"] = le
+        return (h + suffix, tuple(sorted(labels.items())))
+
+    assert values[key("_count", "TraceQuery")] == 2
+    assert values[key("_sum", "TraceQuery")] == pytest.approx(0.0032)
+    assert values[key("_bucket", "TraceQuery", le="0.00025")] == 1
+    assert values[key("_bucket", "TraceQuery", le="0.005")] == 2
+    assert values[key("_bucket", "TraceQueryStream", le="5e-05")] == 1
+    assert values[key("_count", "TraceQueryStream", iid="")] == 1  # an unknown instance
+    assert values[key("_bucket", "Other", iid="", le="1.0")] == 0
+    assert values[key("_bucket", "Other", iid="", le="+Inf")] == 1
+    assert not [k for k in values if ("instance_id", "removed-long-ago") in k[1]]
+    # a removed (or reset, or re-registered) instance's latency series are dropped
+    metrics.forget_instance("i1")
+    assert not [k for k in samples(metrics) if k[0].startswith(h) and ("instance_id", "i1") in k[1]]
     errors = {k: v for k, v in values.items() if k[0] == "litehit_errors_total"}
     assert errors == {
         ("litehit_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "TraceQuery"))): 2,
