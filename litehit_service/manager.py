@@ -21,9 +21,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from operator import add
-from typing import Any
 
 from litehit_core import (
     MAX_CAPACITY_GB,
@@ -63,50 +62,7 @@ INT64_MAX = 2**63 - 1
 MAX_TTL_SECONDS = INT64_MAX // _NS_PER_SECOND
 
 
-def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Callable[[Any, Any], None], ...]:
-    """The slot setters of a frozen slots dataclass, for building results on the hot path.
-
-    ``object.__new__(cls)`` plus one setter per field makes the same object as ``cls(...)``
-    about twice as fast (it skips the frozen ``__setattr__`` dispatch). Raises RuntimeError
-    at import if the fields no longer match ``names``, so a model change cannot leave a
-    field unset silently.
-    """
-    actual = tuple(f.name for f in fields(cls))
-    if actual != names:
-        raise RuntimeError(f"{cls.__name__} fields changed: {actual} != {names}")
-    return tuple(cls.__dict__[n].__set__ for n in names)
-
-
-_new = object.__new__
-_th_hits, _th_unique, _th_rate = _slot_setters(
-    TheoreticalResult, ("max_hit_count", "current_unique_keys", "hit_rate")
-)
-(
-    _tq_blocks,
-    _tq_tokens,
-    _tq_gb,
-    _tq_hits,
-    _tq_rates,
-    _tq_unique,
-    _tq_theoretical,
-    _tq_fact,
-    _tq_block_size,
-    _tq_block_bytes,
-) = _slot_setters(
-    TraceQueryResult,
-    (
-        "total_blocks",
-        "input_token_len",
-        "capacity_gb",
-        "hit_blocks",
-        "hit_rates",
-        "unique_keys",
-        "theoretical",
-        "fact",
-        "block_size_tokens",
-        "block_bytes",
-    ),
-)
+_new = tuple.__new__
 THEORETICAL_OFF = TheoreticalResult(max_hit_count=-1, current_unique_keys=-1, hit_rate=-1.0)
 """The theoretical result of an instance whose group has theoretical tracking off."""
 
@@ -378,27 +334,27 @@ class OnlineOptimizerManager:
         bs = state.block_size
         fact, hits, unique, best = self._apply(state, keys, tokens, now)
         if state.theoretical_enabled:
-            theoretical = _new(TheoreticalResult)
-            _th_hits(theoretical, best)
-            _th_unique(theoretical, unique)
-            _th_rate(theoretical, best * bs / tokens if tokens else 0.0)
+            theoretical = _new(
+                TheoreticalResult, (best, unique, best * bs / tokens if tokens else 0.0)
+            )
         else:
             theoretical = THEORETICAL_OFF
         caps = state.capacity_blocks
-        out = _new(TraceQueryResult)
-        _tq_blocks(out, fact.total_blocks)
-        _tq_tokens(out, tokens)
-        _tq_gb(out, state.capacity_gb)
-        _tq_hits(out, hits)
-        _tq_rates(out, tuple([h * bs / tokens for h in hits]) if tokens else (0.0,) * len(hits))
-        _tq_unique(
-            out, caps if unique >= caps[-1] else tuple([c if c < unique else unique for c in caps])
+        return _new(
+            TraceQueryResult,
+            (
+                fact.total_blocks,
+                tokens,
+                state.capacity_gb,
+                hits,
+                tuple([h * bs / tokens for h in hits]) if tokens else (0.0,) * len(hits),
+                caps if unique >= caps[-1] else tuple([c if c < unique else unique for c in caps]),
+                theoretical,
+                fact,
+                bs,
+                state.block_bytes,
+            ),
         )
-        _tq_theoretical(out, theoretical)
-        _tq_fact(out, fact)
-        _tq_block_size(out, bs)
-        _tq_block_bytes(out, state.block_bytes)
-        return out
 
     def record_query(
         self,

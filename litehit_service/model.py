@@ -7,6 +7,7 @@ tokens per block, hit counts and capacities in blocks unless a name says tokens/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from litehit_core import RequestFact
 
@@ -83,18 +84,21 @@ class CapacityResult:
     current_unique_keys: int
 
 
-@dataclass(frozen=True, slots=True)
-class TheoreticalResult:
-    """One query's outcome with unlimited capacity; every field is -1 when disabled."""
+class TheoreticalResult(NamedTuple):
+    """One query's outcome with unlimited capacity; every field is -1 when disabled.
+
+    A NamedTuple (immutable, built at C speed): one is made per query on the hot path.
+    """
 
     max_hit_count: int
     current_unique_keys: int
     hit_rate: float
 
 
-@dataclass(frozen=True, slots=True)
-class TraceQueryResult:
+class TraceQueryResult(NamedTuple):
     """Everything one TraceQuery produced, including the core's capacity-free fact.
+
+    A NamedTuple (immutable, built at C speed): one is made per query on the hot path.
 
     ``total_blocks`` counts normalized blocks (at ``block_size_tokens``);
     ``input_token_len`` is the token denominator of every hit rate. Per capacity slot

@@ -489,7 +489,7 @@ def test_worked_example_per_request() -> None:
     assert results[2].theoretical == TheoreticalResult(3, 4, 12 / 13)
     assert results[0].capacity_results[0] == CapacityResult(SLOT2, 0, 0.0, 2)
     assert results[4].theoretical == TheoreticalResult(2, 5, 1.0)
-    # results are ordinary frozen dataclasses, equal to ones built by their constructors
+    # results are immutable values, equal to ones built by their constructors
     first = results[0]
     assert first == TraceQueryResult(
         3, 13, (SLOT2, SLOT3), (0, 0), (0.0, 0.0), (2, 3), first.theoretical, first.fact, 4, 1024
