@@ -37,7 +37,9 @@ def project_curve(hit_curve: Sequence[HitCurveSegment], capacity_blocks: int) ->
 
 def project_curve_infinite(hit_curve: Sequence[HitCurveSegment]) -> int:
     """Hit blocks of one hit curve at infinite capacity. O(segments)."""
-    return sum(run for _, run in hit_curve)
+    if len(hit_curve) < 2:
+        return hit_curve[0][1] if hit_curve else 0
+    return sum([run for _, run in hit_curve])
 
 
 def project_curve_slots(
