@@ -227,7 +227,7 @@ class OnlineOptimizerManager:
             groups: dict[str, InstanceGroup] = {}
             for g in stored_groups:
                 try:
-                    groups[g.name] = _validated_group(g)
+                    groups[g.name] = validated_group(g)
                 except OptimizerError as exc:
                     raise RegistryIOError(
                         f"registry {self._registry.path!r}: stored instance group {g.name!r} "
@@ -249,7 +249,7 @@ class OnlineOptimizerManager:
 
     def create_group(self, group: InstanceGroup) -> None:
         """Validate and add a new group; DuplicateEntity if the name is taken."""
-        g = _validated_group(group)
+        g = validated_group(group)
         with self._admin:
             if g.name in self._groups:
                 raise DuplicateEntity(f"instance group {g.name!r} already exists")
@@ -258,7 +258,7 @@ class OnlineOptimizerManager:
 
     def update_group(self, group: InstanceGroup) -> None:
         """Replace an existing group that has no registered instances."""
-        g = _validated_group(group)
+        g = validated_group(group)
         with self._admin:
             self._require_group(g.name)
             self._require_no_instances(g.name, "updating")
@@ -487,8 +487,11 @@ class OnlineOptimizerManager:
             )
 
 
-def _validated_group(group: InstanceGroup) -> InstanceGroup:
-    """Check every group rule; return the group with capacity_gb as sorted floats."""
+def validated_group(group: InstanceGroup) -> InstanceGroup:
+    """Check every group rule; return the group as stored (capacity_gb as sorted floats).
+
+    Raises the OptimizerError that create/update would. O(slots log slots).
+    """
     name = group.name
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"instance group name must not be empty, got {name!r}")

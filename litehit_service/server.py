@@ -30,7 +30,7 @@ from litehit_service._proto import optimizer_service_pb2 as pb2
 from litehit_service._proto import optimizer_service_pb2_grpc as pb2_grpc
 from litehit_service.config import group_from_dict, registration_from_dict
 from litehit_service.errors import InstanceNotExist, InvalidArgument
-from litehit_service.manager import OnlineOptimizerManager
+from litehit_service.manager import OnlineOptimizerManager, validated_group
 from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import InstanceGroup, InstanceRegistration
 from litehit_service.registry import Registry
@@ -309,8 +309,8 @@ def apply_groups(
     scratch = OnlineOptimizerManager(None)
     for group in manager.list_groups():
         scratch.create_group(group)
-    for summary in manager.list_instances():
-        scratch.register_instance(manager.get_instance(summary.instance_id))
+    for state in manager.instance_states():
+        scratch.register_instance(state.registration)
     _apply_groups(scratch, groups, registrations)
     return _apply_groups(manager, groups, registrations)
 
@@ -329,9 +329,11 @@ def _apply_groups(
             existing[group.name] = manager.get_group(group.name)
             actions.append(f"created group {group.name}")
             continue
-        if _same_group(current, group):
+        if current == validated_group(group):
             continue
-        members = [manager.get_instance(s.instance_id) for s in manager.list_instances(group.name)]
+        members = [
+            s.registration for s in manager.instance_states() if s.instance_group == group.name
+        ]
         for reg in members:
             manager.remove_instance(reg.instance_id)
         try:
@@ -350,19 +352,6 @@ def _apply_groups(
         manager.register_instance(reg)
         actions.append(f"registered instance {reg.instance_id}")
     return actions
-
-
-def _same_group(stored: InstanceGroup, wanted: InstanceGroup) -> bool:
-    """Equal up to the manager's normalisation (capacity_gb sorted)."""
-    return stored == InstanceGroup(
-        name=wanted.name,
-        capacity_gb=tuple(sorted(float(x) for x in wanted.capacity_gb)),
-        eviction_policy=wanted.eviction_policy,
-        shared_group_quota=wanted.shared_group_quota,
-        ttl_seconds=wanted.ttl_seconds,
-        enable_theoretical_max_cache=wanted.enable_theoretical_max_cache,
-        enable_prefix_hash=wanted.enable_prefix_hash,
-    )
 
 
 # --------------------------------------------------------------------------------------------
