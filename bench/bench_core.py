@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
+from _trace import DEFAULT_TRACE, load_mooncake, log_capacities  # noqa: E402
 
 from litehit_core import LiteHit, project_blocks  # noqa: E402
 
@@ -47,15 +47,6 @@ def naive_hits(trace: list[list[int]], capacity: int) -> int:
                 if len(cache) > capacity:
                     popitem(last=False)
     return total
-
-
-def log_capacities(max_blocks: int, k: int) -> list[int]:
-    """k distinct log-spaced capacities from 1 to max_blocks (blocks)."""
-    caps: list[int] = []
-    for i in range(k):
-        c = max(1, round(max_blocks ** (i / (k - 1))))
-        caps.append(max(c, caps[-1] + 1) if caps else c)
-    return caps
 
 
 def main() -> int:

@@ -10,8 +10,8 @@ Times, in one run, on one core (process CPU time; best and median of N repeats):
    512, one instance of block_size 512, 8 capacities + theoretical), CSV ledger included;
    plus its breakdown (parsing alone, ``record_query`` alone, LiteHit alone);
 2. query: ``litehit query`` over the ledger at K log-spaced capacities, JSONL written;
-3. curve: the core's HitCurveAccumulator over the ledger (every capacity exactly), the
-   K-row table and the 90/95/99% points (no PNG);
+3. curve: ``litehit curve``'s computation over the ledger (every capacity exactly), the
+   ~30-row table and the 90/95/99% points (no PNG);
 4. the naive OrderedDict LRU replayed once per capacity at the same K capacities (one run),
    checked against the ledger's projections.
 
@@ -34,17 +34,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE  # noqa: E402
+from _trace import DEFAULT_TRACE, log_capacities  # noqa: E402
 from bench_core import naive_hits  # noqa: E402
 
 from litehit_core import (  # noqa: E402
-    HitCurveAccumulator,
     LiteHit,
     project_curve,
     read_facts,
 )
 from litehit_service.cli import main as litehit_main  # noqa: E402
 from litehit_service.config import replay_config_from_dict  # noqa: E402
+from litehit_service.curve import build_curves, format_table  # noqa: E402
 from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
 from litehit_service.offline import parse_lines, run_replay  # noqa: E402
 
@@ -92,34 +92,12 @@ def replay_config(trace: Path, out: Path) -> Any:
     )
 
 
-def spread_capacities(max_blocks: int, k: int, lowest: int = 64) -> list[int]:
-    """k distinct log-spaced capacities (blocks) from ``lowest`` to ``max_blocks``."""
-    ratio = max_blocks / lowest
-    caps = sorted({round(lowest * ratio ** (i / (k - 1))) for i in range(k)})
-    if len(caps) != k:
-        raise ValueError(f"cannot spread {k} distinct capacities in [{lowest}, {max_blocks}]")
-    return caps
-
-
-def curve_stage(facts: Path, capacities_blocks: list[int]) -> dict[str, Any]:
-    """Accumulate every instance's exact curve; evaluate the table and the 90/95/99% points."""
-    accs: dict[str, HitCurveAccumulator] = {}
-    for row in read_facts(facts):
-        acc = accs.get(row.instance_id)
-        if acc is None:
-            acc = accs[row.instance_id] = HitCurveAccumulator()
-        acc.add_curve(row.hit_curve, row.block_size_tokens)
-        acc.requests += 1
-        acc.input_tokens += row.input_token_len
-    out = {}
-    for iid, acc in accs.items():
-        best = acc.infinite_hits()
-        out[iid] = {
-            "breakpoints": len(acc.breakpoints()),
-            "table": [acc.hits_at(c) / acc.input_tokens for c in capacities_blocks],
-            "marks": [acc.smallest_capacity_for(-(-best * p // 100)) for p in (90, 95, 99)],
-        }
-    return out
+def curve_stage(facts: Path) -> list[Any]:
+    """What ``litehit curve --no-png`` computes: every instance's exact curve, the table
+    and the 90/95/99% points (the command's own functions)."""
+    curves = build_curves(read_facts(facts))
+    format_table(curves)
+    return curves
 
 
 def main() -> int:
@@ -172,7 +150,7 @@ def main() -> int:
 
         # 2. query at K capacities (GiB), JSONL written
         unique = summary.instance_summaries[0].debug_info.unique_keys
-        caps_blocks = spread_capacities(unique, args.capacities)
+        caps_blocks = log_capacities(unique, args.capacities, lowest=64)
         caps_gb = [f"{c * BLOCK_BYTES / 1024**3!r}" for c in caps_blocks]
         out_jsonl = work / "hits.jsonl"
         argv = ["query", str(facts), "--capacity-gb", *caps_gb, "-o", str(out_jsonl)]
@@ -187,7 +165,7 @@ def main() -> int:
             return 1
 
         # 3. curve (no PNG)
-        c_best, c_med, curve = timed(lambda: curve_stage(facts, caps_blocks), args.repeat)
+        c_best, c_med, built = timed(lambda: curve_stage(facts), args.repeat)
 
         # 4. naive LRU at the same K capacities, once; checked against the ledger
         keys = [e[5] for e in events]
@@ -215,7 +193,7 @@ def main() -> int:
         what = (
             f"litehit query at {len(caps_blocks)} capacities, JSONL"
             if name == "query"
-            else f"accumulator, {curve['mooncake']['breakpoints']} breakpoints, table + marks"
+            else f"build_curves, {len(built[0].breakpoints())} breakpoints, table + marks"
         )
         share = best / r_best
         print(
