@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litehit_service.traces import read_mooncake
+from litehit_service.offline.traces import read_mooncake
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DEFAULT_TRACE = SHARED / "traces/mooncake/conversation_trace.jsonl"

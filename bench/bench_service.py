@@ -31,7 +31,7 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
 
-from litehit_service._proto import optimizer_service_pb2 as pb2  # noqa: E402
+from litehit_service import messages as pb2  # noqa: E402
 from litehit_service.client import OptimizerClient  # noqa: E402
 from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
 from litehit_service.metrics import ServiceMetrics  # noqa: E402

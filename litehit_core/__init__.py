@@ -5,11 +5,11 @@ bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
 """
 
 from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
+from litehit_core.errors import InvalidRequestError, LocatedError
 from litehit_core.facts import (
     FACTS_FILENAME,
     FACTS_HEADER,
     FactRow,
-    FactsFormatError,
     FactsWriter,
     csv_field,
     format_fact_row,
@@ -17,7 +17,7 @@ from litehit_core.facts import (
     read_facts,
 )
 from litehit_core.lite_hit import LiteHit
-from litehit_core.model import HitCurveSegment, InvalidRequestError, NormalizedRequest, RequestFact
+from litehit_core.model import HitCurveSegment, NormalizedRequest, RequestFact
 from litehit_core.normalize import normalize_request
 from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
 from litehit_core.projector import (
@@ -41,7 +41,6 @@ __all__ = [
     "MAX_CAPACITY_GB",
     "CurvePoint",
     "FactRow",
-    "FactsFormatError",
     "FactsQuery",
     "FactsWriter",
     "HitCurveAccumulator",
@@ -53,6 +52,7 @@ __all__ = [
     "read_facts",
     "HitCurveSegment",
     "InvalidRequestError",
+    "LocatedError",
     "LiteHit",
     "NormalizedRequest",
     "QueryChunk",

@@ -19,7 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, NamedTuple
 
-from litehit_core.model import HitCurveSegment, InvalidRequestError
+from litehit_core.errors import LocatedError
+from litehit_core.model import HitCurveSegment
 
 FACTS_HEADER = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
@@ -38,16 +39,6 @@ class FactRow(NamedTuple):
     block_size_tokens: int
     block_bytes: int
     hit_curve: tuple[HitCurveSegment, ...]
-
-
-class FactsFormatError(InvalidRequestError):
-    """A malformed ledger row; the message is ``path:line: reason``."""
-
-    def __init__(self, path: str, line_no: int, reason: str) -> None:
-        super().__init__(f"{path}:{line_no}: {reason}")
-        self.path = path
-        self.line_no = line_no
-        self.reason = reason
 
 
 def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
@@ -203,17 +194,21 @@ def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
 def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
     """Stream the rows of a ledger, validating each one. O(1) memory per row.
 
-    Raises :class:`FactsFormatError` (``path:line: reason``) on the first malformed row
+    Raises :class:`LocatedError` (``path:line: reason``) on the first malformed row
     or a wrong header.
     """
     name = os.fspath(path)
     # surrogateescape: a byte that is not UTF-8 survives into the row, where the id check
     # reports it with its line (numbers and curves are ASCII-checked anyway).
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+    try:
+        fh = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    except OSError as exc:
+        raise LocatedError(name, 0, f"cannot read the facts: {exc.strerror or exc}") from None
+    with fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or ",".join(header) != FACTS_HEADER:
-            raise FactsFormatError(
+            raise LocatedError(
                 name, 1, f"header must be {FACTS_HEADER!r}, got {','.join(header or [])!r}"
             )
         # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
@@ -222,7 +217,7 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
             if len(rec) != 7:
                 if not rec:
                     continue
-                raise FactsFormatError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
+                raise LocatedError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
             try:
                 digits = rec[2] + rec[3] + rec[4] + rec[5]
                 if not (digits.isascii() and digits.isdigit()) or not all(rec[2:6]):
@@ -235,7 +230,7 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
                         curves.clear()
                     parsed = curves[rec[6]] = (curve, sum(r for _, r in curve))
             except ValueError as exc:
-                raise FactsFormatError(name, reader.line_num, _field_error(rec, exc)) from None
+                raise LocatedError(name, reader.line_num, _field_error(rec, exc)) from None
             curve, hit_blocks = parsed
             if (
                 bs <= 0
@@ -243,11 +238,11 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
                 or hit_blocks * bs > tokens
                 or max(ts, tokens, bs, bb) > _INT64_MAX
             ):
-                raise FactsFormatError(
+                raise LocatedError(
                     name, reader.line_num, _row_error(ts, tokens, bs, bb, hit_blocks)
                 )
             if not (rec[0].isascii() and rec[1].isascii()):
                 reason = _id_error(rec)
                 if reason is not None:
-                    raise FactsFormatError(name, reader.line_num, reason)
+                    raise LocatedError(name, reader.line_num, reason)
             yield _new(FactRow, (rec[0], rec[1], ts, tokens, bs, bb, curve))

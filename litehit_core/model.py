@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from litehit_core.errors import InvalidRequestError
 
-class InvalidRequestError(ValueError):
-    """A request, configuration or file row violates the input contract.
-
-    The message always names the offending field and the value(s) involved.
-    """
+__all__ = ["HitCurveSegment", "InvalidRequestError", "NormalizedRequest", "RequestFact"]
 
 
 class HitCurveSegment(NamedTuple):

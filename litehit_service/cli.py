@@ -1,41 +1,101 @@
-"""The ``litehit`` console script: dispatches to :mod:`litehit_service.commands`."""
+"""The ``litehit`` console script: dispatches to :mod:`litehit_service.commands`.
+
+Exit codes are decided here and only here (:func:`exit_code`), the same for every command:
+0 success; 2 bad input or usage (argparse errors, :class:`~litehit_service.commands.UsageError`,
+:class:`~litehit_core.LocatedError` and every other input error); 1 a runtime failure (a
+server that cannot be reached, a file that cannot be written, a bug: the latter with its
+traceback); 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
 
-from litehit_service.commands import COMMAND_MODULES
+from litehit_core import InvalidRequestError, LocatedError
+from litehit_service.commands import COMMAND_MODULES, CommandFailed, UsageError, rpc_detail
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+_BAD_INPUT_KINDS = frozenset({"INVALID_ARGUMENT", "UNSUPPORTED", "INSTANCE_NOT_EXIST"})
+"""Service error kinds that mean the caller's input was wrong (see litehit_service.errors)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every available subcommand registered."""
+    """The top-level parser with every subcommand of :data:`COMMAND_MODULES` registered."""
     parser = argparse.ArgumentParser(
         prog="litehit",
         description="Exact prefix KV-cache hit rates for an LRU of every capacity.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"litehit_service.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"litehit_service.commands.{name}":
-                raise
-            continue  # command not built yet
-        module.register(sub)
+        importlib.import_module(f"litehit_service.commands.{name}").register(sub)
     return parser
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a command that raised ``exc`` (the one table of exit codes)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, (UsageError, InvalidRequestError)):
+        return EXIT_BAD_INPUT
+    if getattr(exc, "kind", None) in _BAD_INPUT_KINDS:  # an OptimizerError of bad input
+        return EXIT_BAD_INPUT
+    return EXIT_FAILURE
+
+
+def error_text(command: str, exc: BaseException) -> str:
+    """The one stderr line for ``exc``: a located error as ``path:line: reason``, anything
+    else as ``litehit COMMAND: error: ...`` (``internal error`` with its type for a bug)."""
+    if isinstance(exc, LocatedError) and exc.path:
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"litehit {command}: error: {exc.filename}: {exc.strerror or exc}"
+    if _expected(exc):
+        return f"litehit {command}: error: {rpc_detail(exc)}"
+    return f"litehit {command}: internal error: {type(exc).__name__}: {exc}"
+
+
+def _expected(exc: BaseException) -> bool:
+    """Errors with a message meant for the user (no traceback)."""
+    if isinstance(exc, (UsageError, CommandFailed, InvalidRequestError, OSError)):
+        return True
+    if getattr(exc, "kind", None) is not None:  # litehit_service.errors.OptimizerError
+        return True
+    grpc = sys.modules.get("grpc")  # only a command that imported grpc can see its errors
+    return grpc is not None and isinstance(exc, grpc.RpcError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return int(args.func(args) or EXIT_OK)
+    except (Exception, KeyboardInterrupt) as exc:
+        if isinstance(exc, BrokenPipeError):
+            _silence_stdout()
+            return EXIT_FAILURE
+        if not _expected(exc) and not isinstance(exc, KeyboardInterrupt):
+            traceback.print_exc(file=sys.stderr)
+        print(error_text(args.command, exc), file=sys.stderr)
+        return exit_code(exc)
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, point stdout at devnull so the interpreter's flush is quiet."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from litehit_service import messages as pb2
 from litehit_service import wire
-from litehit_service._proto import optimizer_service_pb2 as pb2
-from litehit_service._proto import optimizer_service_pb2_grpc as pb2_grpc
 from litehit_service.model import InstanceGroup, InstanceRegistration
 
 _Resp = TypeVar("_Resp")
@@ -84,7 +83,7 @@ class OptimizerClient:
             self._channel = grpc.secure_channel(target, credentials, options=options)
         else:
             self._channel = grpc.insecure_channel(target, options=options)
-        self._stub = pb2_grpc.OptimizerServiceStub(self._channel)
+        self._stub = pb2.OptimizerServiceStub(self._channel)
         self._metadata: tuple[tuple[str, str], ...] | None = (
             (("authorization", f"Bearer {admin_token}"),) if admin_token else None
         )

@@ -9,7 +9,6 @@ gRPC server, and a graceful stop on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import os
 import signal
@@ -22,14 +21,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
-import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from litehit_service._proto import optimizer_service_pb2 as pb2
-from litehit_service._proto import optimizer_service_pb2_grpc as pb2_grpc
-from litehit_service.config import group_from_dict, registration_from_dict
-from litehit_service.errors import InstanceNotExist, InvalidArgument
+from litehit_service import messages as pb2
+from litehit_service.addresses import format_address, parse_address
+from litehit_service.entries import load_groups_file
+from litehit_service.errors import InstanceNotExist
 from litehit_service.manager import OnlineOptimizerManager, validated_group
 from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import InstanceGroup, InstanceRegistration
@@ -38,7 +36,7 @@ from litehit_service.servicer import OptimizerServicer
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME: str = pb2.DESCRIPTOR.services_by_name["OptimizerService"].full_name
+SERVICE_NAME: str = pb2.SERVICE_NAME
 """Fully qualified service name, ``kv_cache_manager.proto.optimizer.OptimizerService``."""
 
 MUTATING_METHODS: frozenset[str] = frozenset(
@@ -59,29 +57,6 @@ DEFAULT_MAX_BLOCK_KEYS = 1_000_000
 DEFAULT_MAX_WORKERS = 64
 DEFAULT_GRACE_SECONDS = 10.0
 REGISTRY_FILE = "litehit.sqlite3"
-
-
-# --------------------------------------------------------------------------------------------
-# Addresses
-# --------------------------------------------------------------------------------------------
-
-
-def parse_address(address: str, what: str = "address") -> tuple[str, int]:
-    """``"host:port"`` (IPv6 as ``"[::1]:port"``) -> ``(host, port)``; port 0 = ephemeral.
-
-    Raises ValueError naming ``what`` and the value on a malformed address.
-    """
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"{what} must be HOST:PORT with PORT 0..65535, got {address!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port_text)
-
-
-def format_address(host: str, port: int) -> str:
-    """``(host, port)`` -> ``"host:port"``, bracketing IPv6 hosts."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,7 +145,7 @@ def build_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb2_grpc.add_OptimizerServiceServicer_to_server(OptimizerServicer(manager, metrics), server)
+    pb2.add_OptimizerServiceServicer_to_server(OptimizerServicer(manager, metrics), server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
@@ -230,66 +205,6 @@ def create_server(
 # --------------------------------------------------------------------------------------------
 # Groups file
 # --------------------------------------------------------------------------------------------
-
-
-def load_groups_file(
-    path: str | os.PathLike[str],
-) -> tuple[list[InstanceGroup], list[InstanceRegistration]]:
-    """Parse a JSON or YAML groups file: ``{"instance_groups": [...], "instances": [...]}``.
-
-    Entries use the proto's field names, parsed exactly like the ``instance_groups`` and
-    ``instances`` of a replay config (:mod:`litehit_service.config`; e.g. eviction_policy
-    defaults to "lru"). Raises InvalidArgument naming the file, the entry and the field.
-    O(file size).
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidArgument(f"groups file {str(p)!r} cannot be read: {exc}") from None
-    try:
-        if p.suffix.lower() == ".json":
-            data: Any = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except ValueError as exc:  # json.JSONDecodeError
-        raise InvalidArgument(f"groups file {str(p)!r} is not valid JSON: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidArgument(f"groups file {str(p)!r} is not valid YAML: {exc}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InvalidArgument(
-            f"groups file {str(p)!r} must hold an object with 'instance_groups' and "
-            f"'instances', got {type(data).__name__}"
-        )
-    unknown = sorted(set(data) - {"instance_groups", "instances"})
-    if unknown:
-        raise InvalidArgument(
-            f"groups file {str(p)!r} has unknown keys {unknown!r} "
-            "(expected 'instance_groups', 'instances')"
-        )
-    entries: dict[str, list[Any]] = {}
-    for key in ("instance_groups", "instances"):
-        value = data.get(key)
-        if value is None:  # absent or empty in YAML
-            value = []
-        if not isinstance(value, list):
-            raise InvalidArgument(
-                f"groups file {str(p)!r}: {key} must be a list, got {type(value).__name__}"
-            )
-        entries[key] = value
-    try:
-        groups = [
-            group_from_dict(d, f"instance_groups[{i}]")
-            for i, d in enumerate(entries["instance_groups"])
-        ]
-        regs = [
-            registration_from_dict(d, f"instances[{i}]") for i, d in enumerate(entries["instances"])
-        ]
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"groups file {str(p)!r}: {exc}") from None
-    return groups, regs
 
 
 def apply_groups(

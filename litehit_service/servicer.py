@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from litehit_service import messages as pb2
 from litehit_service import wire
-from litehit_service._proto import optimizer_service_pb2 as pb2
-from litehit_service._proto import optimizer_service_pb2_grpc as pb2_grpc
 
 if TYPE_CHECKING:
     from litehit_service.manager import OnlineOptimizerManager
@@ -34,7 +33,7 @@ _INSTANCE_NOT_EXIST = pb2.INSTANCE_NOT_EXIST
 _INTERNAL = pb2.INTERNAL_ERROR
 
 
-class OptimizerServicer(pb2_grpc.OptimizerServiceServicer):
+class OptimizerServicer(pb2.OptimizerServiceServicer):
     """Serves every OptimizerService RPC from one manager; thread-safe (the manager locks).
 
     ``metrics`` (optional) receives per-query latencies and error counts.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from litehit_core import InvalidRequestError
-from litehit_service._proto import optimizer_service_pb2 as pb2
+from litehit_service import messages as pb2
 from litehit_service.errors import (
     DuplicateEntity,
     InstanceNotExist,

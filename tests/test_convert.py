@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from litehit_service.cli import main
-from litehit_service.traces import read_standard
+from litehit_service.offline.traces import read_standard
 
 REAL_MOONCAKE = (
     Path(__file__).resolve().parents[2]
@@ -375,11 +375,16 @@ def test_convert_missing_and_empty_inputs(
     out = tmp_path / "trace.jsonl"
     missing = tmp_path / "nope.jsonl"
     assert main(["convert", "--from", "mooncake", str(missing), "-o", str(out)]) == 2
-    assert capsys.readouterr().err == f"{missing}: No such file or directory\n"
+    assert (
+        capsys.readouterr().err
+        == f"{missing}:0: cannot read the trace: No such file or directory\n"
+    )
     src = write_lines(tmp_path / "mc.jsonl", MOONCAKE_SAMPLE)
     no_dir = tmp_path / "no-such-dir" / "trace.jsonl"
-    assert main(["convert", "--from", "mooncake", str(src), "-o", str(no_dir)]) == 2
-    assert capsys.readouterr().err == f"{no_dir}: No such file or directory\n"
+    assert main(["convert", "--from", "mooncake", str(src), "-o", str(no_dir)]) == 1  # runtime
+    assert capsys.readouterr().err == (
+        f"litehit convert: error: {no_dir}: No such file or directory\n"
+    )
     src.unlink()
     empty = write_lines(tmp_path / "empty.jsonl", ["", "  "])
     assert main(["convert", "--from", "standard", str(empty), "-o", str(out)]) == 2

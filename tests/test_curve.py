@@ -14,7 +14,7 @@ import pytest
 from litehit_core import FactRow, FactsWriter, LiteHit, query_facts, read_facts
 from litehit_core.projector import project_curve
 from litehit_service.cli import main
-from litehit_service.curve import (
+from litehit_service.offline.curve import (
     CSV_HEADER,
     CurveError,
     build_curves,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from litehit_core import LocatedError
 from litehit_core.facts import (
     FACTS_HEADER,
     FactRow,
-    FactsFormatError,
     FactsWriter,
     read_facts,
 )
@@ -181,8 +181,8 @@ def test_abort_discards(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- malformed input
 
 
-def read_error(path: Path) -> FactsFormatError:
-    with pytest.raises(FactsFormatError) as info:
+def read_error(path: Path) -> LocatedError:
+    with pytest.raises(LocatedError) as info:
         list(read_facts(path))
     err = info.value
     assert isinstance(err, InvalidRequestError) and isinstance(err, ValueError)
@@ -288,7 +288,7 @@ def test_reader_streams_rows_before_the_bad_one(tmp_path: Path) -> None:
     path.write_text(WORKED_TEXT + 'r6,gpu-0,6000,8,4,1024,"[[1,0]]"\n')
     it = read_facts(path)
     assert [next(it) for _ in range(5)] == WORKED_ROWS
-    with pytest.raises(FactsFormatError) as info:
+    with pytest.raises(LocatedError) as info:
         next(it)
     assert info.value.line_no == 7
 
@@ -322,7 +322,7 @@ def test_invalid_utf8_in_an_id_names_field_and_line(tmp_path: Path) -> None:
     )
     rows = read_facts(path)
     assert next(rows).trace_id == "ok"
-    with pytest.raises(FactsFormatError, match=r"f\.csv:3: trace_id is not valid UTF-8"):
+    with pytest.raises(LocatedError, match=r"f\.csv:3: trace_id is not valid UTF-8"):
         next(rows)
 
 
@@ -340,5 +340,5 @@ def test_fast_and_csv_paths_read_the_same_rows(tmp_path: Path) -> None:
     # an error after the switch still names the physical line
     with open(path, "a", encoding="utf-8") as fh:
         fh.write('x,i,5,13,4,0,"[]"\n')
-    with pytest.raises(FactsFormatError, match=r"f\.csv:7: block_bytes must be > 0, got 0"):
+    with pytest.raises(LocatedError, match=r"f\.csv:7: block_bytes must be > 0, got 0"):
         list(read_facts(path))

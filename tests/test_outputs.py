@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from litehit_service.outputs import atomic_outputs, tmp_path
+from litehit_service.offline.outputs import atomic_outputs, tmp_path
 
 
 def test_success_publishes_every_file(tmp_path: Path) -> None:

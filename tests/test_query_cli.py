@@ -18,7 +18,6 @@ import pytest
 
 from litehit_core import FactRow, FactsWriter, HitCurveSegment, LiteHit, query_facts, read_facts
 from litehit_service.cli import main
-from litehit_service.commands.query import json_lines
 
 S = HitCurveSegment
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,7 +229,7 @@ def test_missing_facts_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     missing = tmp_path / "nope.csv"
     code, out, err = run(capsys, str(missing), "--capacity-gb", "1", "-o", str(tmp_path / "o"))
     assert code == 2
-    assert err == f"{missing}: No such file or directory\n"
+    assert err == f"{missing}:0: cannot read the facts: No such file or directory\n"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -277,13 +276,33 @@ def random_rows(seed: int) -> list[FactRow]:
     return rows
 
 
-def test_json_lines_are_compact_and_parse_back_exactly() -> None:
+def test_json_lines_format_is_compact_and_parses_back_exactly() -> None:
+    """The one JSON-lines formatter: exact bytes of a known chunk, and every line of random
+    chunks parses back to the dict query_facts yields."""
+    from litehit_core import FactsQuery
+    from litehit_core.query import format_chunk_lines, format_summary_lines
+
+    known = [FactRow('a"b', "gpu-0", 5, 13, 4, 1024, ((1, 2), (4, 1)))]
+    query = FactsQuery([-1, 0, 1024 * 3 / 1024**3])
+    (chunk,) = query.chunks(known)
+    assert format_chunk_lines(chunk) == (
+        b'{"trace_id":"a\\"b","instance_id":"gpu-0","timestamp_ns":5,"input_token_len":13,'
+        b'"hit_blocks":[3,0,2],"hit_rates":[0.9230769230769231,0.0,0.6153846153846154]}\n'
+    )
+    assert format_summary_lines(query.summaries()).splitlines()[-1] == (
+        b'{"summary":true,"requests":1,"total_input_tokens":13,"capacity_gb":[-1,0,'
+        b'2.86102294921875e-6],"total_hit_blocks":[3,0,2],"total_hit_tokens":[12,0,8],'
+        b'"hit_rates":[0.9230769230769231,0.0,0.6153846153846154]}'
+    )
     caps = [-1, 0, 1e-6, 2 / 1024**2, 3.5e-6, 2 / 1024**2, 0.5]
-    results = list(query_facts(random_rows(7), caps))
-    lines = list(json_lines(results))
-    assert [json.loads(line) for line in lines] == results
-    assert all(line.endswith("}\n") and line.count("\n") == 1 for line in lines)
-    assert '"hit_blocks":[' in lines[0] and ", " not in lines[-1]  # compact separators
+    rows = random_rows(7)
+    query = FactsQuery(caps, chunk_rows=64)
+    text = b"".join(format_chunk_lines(c) for c in query.chunks(rows))
+    text += format_summary_lines(query.summaries())
+    lines = text.decode().splitlines(keepends=True)
+    assert [json.loads(line) for line in lines] == list(query_facts(rows, caps))
+    assert all(line.endswith("}\n") for line in lines)
+    assert b'":[' in text and b'", "' not in text and b"], [" not in text  # compact
 
 
 def test_cli_output_equals_core_query(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -336,20 +355,3 @@ def test_progress_bar_only_on_a_terminal(worked: Path) -> None:
     tty_err = b"".join(chunks).decode()
     assert "req [" in tty_err  # tqdm's bar: "0req [00:00, ?req/s]"
     assert "query: 5 requests, 1 instances, " in tty_err
-
-
-def test_bulk_chunk_rendering_is_byte_identical_to_row_rendering(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The CLI serialises whole numpy chunks; the bytes equal orjson on each query_facts row."""
-    path = tmp_path / "facts.csv"
-    rows = random_rows(13)
-    with FactsWriter(path) as writer:
-        for row in rows:
-            writer.write(row)
-    caps = ["-1", "0", "1e-6", "3.5e-6", "0.5", "1e-6"]
-    code, out, _ = run(capsys, str(path), "--capacity-gb", *caps)
-    assert code == 0
-    parsed = [float(c) if "." in c or "e" in c else int(c) for c in caps]
-    expected = "".join(json_lines(query_facts(read_facts(path), parsed)))
-    assert out == expected

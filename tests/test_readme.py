@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from litehit_service._proto import optimizer_service_pb2 as pb2
-from litehit_service._proto import optimizer_service_pb2_grpc as pb2_grpc
+from litehit_service import messages as pb2
 from litehit_service.client import OptimizerClient
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.metrics import ServiceMetrics
@@ -66,10 +65,10 @@ def test_grpcurl_examples_are_valid_requests(server):
         "ListInstances",
     ]
     with OptimizerClient(server) as client:
-        stub = pb2_grpc.OptimizerServiceStub(client.channel)
+        stub = pb2.OptimizerServiceStub(client.channel)
         method_types = {
             m.name: m.input_type.name
-            for m in pb2.DESCRIPTOR.services_by_name["OptimizerService"].methods
+            for m in pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"].methods
         }
         for payload, method in calls:
             request_type = getattr(pb2, method_types[method])

@@ -14,6 +14,7 @@ from litehit_core import (
     FACTS_HEADER,
     FactRow,
     HitCurveSegment,
+    LocatedError,
     apply_prefix_hash,
     format_fact_row,
     normalize_request,
@@ -21,15 +22,6 @@ from litehit_core import (
     read_facts,
 )
 from litehit_service.cli import main
-from litehit_service.config import (
-    ConfigError,
-    ReplayConfig,
-    ReplayError,
-    group_from_dict,
-    load_config,
-    registration_from_dict,
-    replay_config_from_dict,
-)
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import (
     InstanceGroup,
@@ -37,7 +29,14 @@ from litehit_service.model import (
     LocationSpec,
     LocationSpecGroup,
 )
-from litehit_service.offline import run_replay
+from litehit_service.offline.config import (
+    ReplayConfig,
+    group_from_dict,
+    load_config,
+    registration_from_dict,
+    replay_config_from_dict,
+)
+from litehit_service.offline.replay import run_replay
 
 GIB = 1024**3
 SLOT2 = 2048 / GIB  # 2 blocks of 1024 bytes
@@ -465,7 +464,7 @@ def test_lmcache_models_are_instances_sorted_by_time(tmp_path: Path) -> None:
         block_size=512,
         trace_format="lmcache",
     )
-    with pytest.raises(ReplayError) as info:
+    with pytest.raises(LocatedError) as info:
         run_replay(load_config(cfg), progress=False)
     assert str(info.value) == (
         f"{bad / 'trace.jsonl'}:0: model 'm1' has chunk_size 256 but the config's trace "
@@ -714,7 +713,7 @@ BASE = {
 def test_config_errors_name_the_field(change: dict[str, Any], message: str, tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({**BASE, **change}, indent=2), encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(LocatedError) as info:
         load_config(path)
     text = str(info.value)
     assert text.startswith(f"{path}:") and text.endswith(": " + message)
@@ -724,12 +723,12 @@ def test_config_errors_name_the_field(change: dict[str, Any], message: str, tmp_
 def test_config_duplicate_field_and_bad_json(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{\n "block_size": 4,\n "block_size": 8\n}\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"c\.json:3: block_size: duplicate field"):
+    with pytest.raises(LocatedError, match=r"c\.json:3: block_size: duplicate field"):
         load_config(path)
     path.write_text('{\n "block_size": 4,\n}\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"c\.json:3: invalid JSON: Expecting property name"):
+    with pytest.raises(LocatedError, match=r"c\.json:3: invalid JSON: Expecting property name"):
         load_config(path)
-    with pytest.raises(ConfigError, match=r"missing\.json:0: cannot read the config"):
+    with pytest.raises(LocatedError, match=r"missing\.json:0: cannot read the config"):
         load_config(tmp_path / "missing.json")
 
 
@@ -738,14 +737,14 @@ def test_entry_parsers_are_reusable_with_a_prefix() -> None:
         {"name": "g", "capacity_gb": [8], "eviction_policy": "LRU"}, "groups.yaml: x"
     )
     assert g == InstanceGroup("g", (8.0,))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(LocatedError) as info:
         group_from_dict(
             {"name": "g", "capacity_gb": [8], "ttl": 3}, "groups.yaml: instance_groups[2]"
         )
     assert str(info.value).startswith("groups.yaml: instance_groups[2].ttl: unknown field 'ttl'")
     reg = registration_from_dict(instance("x", block_size=16), "instances[0]")
     assert (reg.instance_id, reg.block_size, reg.full_location_spec_group_name) == ("x", 16, "full")
-    with pytest.raises(ConfigError, match=r"^instances\[0\]: must be an object, got array \[\]$"):
+    with pytest.raises(LocatedError, match=r"^instances\[0\]: must be an object, got array \[\]$"):
         registration_from_dict([], "instances[0]")
 
 
@@ -783,6 +782,6 @@ def test_unwritable_output_is_a_clear_error(
     cfg = setup(tmp_path, WORKED)
     (tmp_path / "out").write_text("not a folder", encoding="utf-8")
     rc, err = cli(capsys, str(cfg))
-    assert rc == 2
-    assert err == f"{tmp_path / 'out'}:0: cannot write the facts: File exists\n"
+    assert rc == 1  # a runtime failure, not bad input
+    assert err == (f"litehit replay: error: {tmp_path / 'out'}: File exists\n")
     assert (tmp_path / "out").read_text(encoding="utf-8") == "not a folder"

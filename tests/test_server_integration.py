@@ -22,10 +22,14 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 from serve_process import ServeProcess, serve_env
 
-from litehit_service._proto import optimizer_service_pb2 as pb2
+from litehit_core import LocatedError
+from litehit_service import messages as pb2
+from litehit_service.cli import main as litehit_main
 from litehit_service.client import OptimizerClient
+from litehit_service.commands import UsageError
 from litehit_service.commands import instances as instances_cmd
 from litehit_service.commands import serve as serve_cmd
+from litehit_service.entries import load_groups_file
 from litehit_service.errors import InvalidArgument
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.metrics import ServiceMetrics
@@ -36,7 +40,7 @@ from litehit_service.model import (
     LocationSpecGroup,
 )
 from litehit_service.registry import Registry
-from litehit_service.server import apply_groups, create_server, load_groups_file
+from litehit_service.server import apply_groups, create_server
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
@@ -321,9 +325,7 @@ def test_admin_token_guards_only_mutating_rpcs(tmp_path: Path):
 
 def test_health_and_reflection(live: Live, client: OptimizerClient):
     assert client.health() == health_pb2.HealthCheckResponse.SERVING
-    assert client.health(pb2.DESCRIPTOR.services_by_name["OptimizerService"].full_name) == (
-        health_pb2.HealthCheckResponse.SERVING
-    )
+    assert client.health(pb2.SERVICE_NAME) == (health_pb2.HealthCheckResponse.SERVING)
     with pytest.raises(grpc.RpcError) as info:
         client.health("no.such.Service")
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
@@ -495,39 +497,42 @@ def test_load_groups_file_yaml_and_json(tmp_path: Path):
 
 def test_groups_file_errors_name_the_file_entry_and_field(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
-    where = f"groups file {str(bad)!r}"
-    bad.write_text("instance_groups:\n  - name: g\n    capacity: [1]\n")
-    with pytest.raises(InvalidArgument) as info:
-        load_groups_file(bad)
-    assert str(info.value).startswith(
+
+    def error(text: str, name: str = "bad.yaml") -> str:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(LocatedError) as info:
+            load_groups_file(tmp_path / name)
+        return str(info.value)
+
+    where = f"{bad}:0"
+    assert error("instance_groups:\n  - name: g\n    capacity: [1]\n").startswith(
         f"{where}: instance_groups[0].capacity: unknown field 'capacity'"
     )
-    bad.write_text("instance_groups: {}\n")
-    with pytest.raises(InvalidArgument) as info:
-        load_groups_file(bad)
-    assert str(info.value) == f"{where}: instance_groups must be a list, got dict"
-    bad.write_text("groups: []\n")
-    with pytest.raises(InvalidArgument) as info:
-        load_groups_file(bad)
-    assert str(info.value) == (
-        f"{where} has unknown keys ['groups'] (expected 'instance_groups', 'instances')"
+    assert error("instance_groups: {}\n") == (
+        f"{where}: instance_groups: must be an array, got object {{}}"
     )
-    bad.write_text("instances: [{instance_id: i, instance_group: g, block_size: many}]\n")
-    with pytest.raises(InvalidArgument) as info:
-        load_groups_file(bad)
-    assert str(info.value) == (
+    assert error("groups: []\n") == (
+        f"{where}: groups: unknown field 'groups' (allowed: instance_groups, instances)"
+    )
+    assert error("instances: [{instance_id: i, instance_group: g, block_size: many}]\n") == (
         f'{where}: instances[0].block_size: must be an integer, got string "many"'
     )
-    broken = tmp_path / "broken.json"
-    broken.write_text("{")
-    with pytest.raises(InvalidArgument, match="is not valid JSON"):
-        load_groups_file(broken)
-    broken_yaml = tmp_path / "broken.yaml"
-    broken_yaml.write_text("instance_groups: [\n")
-    with pytest.raises(InvalidArgument, match="is not valid YAML"):
-        load_groups_file(broken_yaml)
-    with pytest.raises(InvalidArgument, match="cannot be read"):
+    assert error("{", "broken.json") == (
+        f"{tmp_path / 'broken.json'}:1: invalid JSON: Expecting property name enclosed in "
+        "double quotes at column 2"
+    )
+    assert error("instance_groups: [\n", "broken.yaml").startswith(
+        f"{tmp_path / 'broken.yaml'}:2: invalid YAML: "
+    )
+    with pytest.raises(LocatedError, match="missing.yaml:0: cannot read the groups file: No such"):
         load_groups_file(tmp_path / "missing.yaml")
+    assert load_groups_file(_empty(tmp_path)) == ([], [])
+
+
+def _empty(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.yaml"
+    path.write_text("instance_groups:\ninstances:\n")
+    return path
 
 
 def test_apply_groups_is_idempotent_and_all_or_nothing():
@@ -567,10 +572,10 @@ def test_serve_options_flag_beats_env_beats_default():
     assert values["metrics_listen"] == "127.0.0.1:9464"
     assert values["data_dir"] == "./litehit-data"
     assert values["grace_seconds"] == 10.0
-    with pytest.raises(ValueError, match=r"LITEHIT_MAX_MESSAGE_BYTES: invalid value 'lots'"):
+    with pytest.raises(UsageError, match=r"LITEHIT_MAX_MESSAGE_BYTES: invalid value 'lots'"):
         serve_cmd.resolve(args, {"LITEHIT_MAX_MESSAGE_BYTES": "lots"})
     args = parser.parse_args(["serve", "--max-block-keys", "0"])
-    with pytest.raises(ValueError, match=r"--max-block-keys: invalid value '0' \(must be > 0\)"):
+    with pytest.raises(UsageError, match=r"--max-block-keys: invalid value '0' \(must be > 0\)"):
         serve_cmd.resolve(args, {})
 
 
@@ -610,10 +615,9 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
     assert inst["theoretical"] == {"total_max_hits": 8, "max_hit_rate": 32 / 54}
     assert (inst["total_queries"], inst["total_input_tokens"], inst["unique_blocks"]) == (5, 54, 5)
 
-    args.json, args.group = False, "nope"
-    assert instances_cmd.run(args) == 1
+    assert litehit_main(["instances", "--server", live.target, "--group", "nope"]) == 1
     assert capsys.readouterr().err == (
-        "litehit instances: INSTANCE_NOT_EXIST: instance group 'nope' does not exist\n"
+        "litehit instances: error: INSTANCE_NOT_EXIST: instance group 'nope' does not exist\n"
     )
 
 
@@ -724,7 +728,7 @@ def test_litehit_serve_reports_start_up_errors(tmp_path: Path):
         "--groups",
         str(bad),
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input
     assert result.stdout == ""
     assert "litehit serve: error: capacity_gb of instance group 'g' must not be empty" in (
         result.stderr

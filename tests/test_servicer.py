@@ -8,8 +8,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from litehit_core import InvalidRequestError
+from litehit_service import messages as pb2
 from litehit_service import wire
-from litehit_service._proto import optimizer_service_pb2 as pb2
 from litehit_service.errors import (
     DuplicateEntity,
     InstanceNotExist,
@@ -24,7 +24,7 @@ from litehit_service.metrics import ServiceMetrics
 from litehit_service.registry import Registry
 from litehit_service.servicer import OptimizerServicer
 
-SERVICE = pb2.DESCRIPTOR.services_by_name["OptimizerService"]
+SERVICE = pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"]
 GIB = 1024**3
 CAP2, CAP3 = 2048 / GIB, 3072 / GIB  # 2 and 3 blocks of 1024 bytes
 CLOCK_NS = 5_000 * 10**9

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from litehit_service.traces import (
+from litehit_core import LocatedError
+from litehit_service.offline.traces import (
     LMCacheTrace,
     ModelInfo,
     TraceEvent,
-    TraceFormatError,
     dtype_size,
     format_standard_event,
     parse_mooncake_line,
@@ -36,8 +36,8 @@ def write_lines(path: Path, lines: list[str]) -> str:
     return str(path)
 
 
-def expect_error(func, *args, match_text: str, **kwargs) -> TraceFormatError:
-    with pytest.raises(TraceFormatError) as info:
+def expect_error(func, *args, match_text: str, **kwargs) -> LocatedError:
+    with pytest.raises(LocatedError) as info:
         func(*args, **kwargs)
     assert str(info.value) == match_text
     return info.value
@@ -47,12 +47,12 @@ def expect_error(func, *args, match_text: str, **kwargs) -> TraceFormatError:
 
 
 def test_trace_format_error_text_fields_and_pickle() -> None:
-    exc = TraceFormatError("a/b.jsonl", 7, "field 'x' is bad")
+    exc = LocatedError("a/b.jsonl", 7, "field 'x' is bad")
     assert str(exc) == "a/b.jsonl:7: field 'x' is bad"
     assert (exc.path, exc.line_no, exc.reason) == ("a/b.jsonl", 7, "field 'x' is bad")
     assert isinstance(exc, ValueError)
     copy = pickle.loads(pickle.dumps(exc))
-    assert type(copy) is TraceFormatError
+    assert type(copy) is LocatedError
     assert (str(copy), copy.path, copy.line_no, copy.reason) == (
         str(exc),
         "a/b.jsonl",
@@ -171,7 +171,7 @@ def test_mooncake_reader_errors(tmp_path: Path, line: str, reason: str) -> None:
     path = write_lines(tmp_path / "mc.jsonl", [good, line, good])
     reader = read_mooncake(path, block_size=4)
     assert next(reader).line_no == 1  # lazy: events before the bad line are delivered
-    with pytest.raises(TraceFormatError) as info:
+    with pytest.raises(LocatedError) as info:
         next(reader)
     assert str(info.value) == f"{path}:2: {reason}"
     assert (info.value.line_no, info.value.reason) == (2, reason)
@@ -320,11 +320,11 @@ def test_standard_reader_errors(tmp_path: Path, line: str, reason: str) -> None:
     path = write_lines(tmp_path / "std.jsonl", [good, "", line])
     reader = read_standard(path)
     assert next(reader) == TraceEvent(1, "get", "a", "1", 5, [1], 4)
-    with pytest.raises(TraceFormatError) as info:
+    with pytest.raises(LocatedError) as info:
         next(reader)
     assert str(info.value) == f"{path}:3: {reason}"
     # The line-level parser gives the same verdict.
-    with pytest.raises(TraceFormatError) as again:
+    with pytest.raises(LocatedError) as again:
         parse_standard_line(line, 3, path)
     assert str(again.value) == str(info.value)
 
@@ -332,7 +332,7 @@ def test_standard_reader_errors(tmp_path: Path, line: str, reason: str) -> None:
 def test_parse_standard_line_blank_and_long_value_shortened() -> None:
     assert parse_standard_line("", 1, "p") is None
     assert parse_standard_line(" \t\r\n", 1, "p") is None
-    with pytest.raises(TraceFormatError) as info:
+    with pytest.raises(LocatedError) as info:
         parse_standard_line(variant(instance_id=["x" * 100]), 9, "p")
     assert str(info.value) == (
         "p:9: field 'instance_id' must be a non-empty string; got " + '["' + "x" * 75 + "..."
@@ -610,6 +610,6 @@ def test_integers_beyond_int64_are_reported_exactly_not_as_floats(tmp_path):
             '"input_len": 4}\n'
         )
         with pytest.raises(
-            TraceFormatError, match=f"keys\\[1\\] is outside the int64 range .*got {key}$"
+            LocatedError, match=f"keys\\[1\\] is outside the int64 range .*got {key}$"
         ):
             list(read_standard(path))

@@ -1,8 +1,25 @@
 """Subcommands of the ``litehit`` console script, one module each.
 
 Every module exposes ``register(subparsers) -> None`` which adds its parser and sets
-``func`` (``Callable[[argparse.Namespace], int]``, the exit code) as a default.
+``func`` (``Callable[[argparse.Namespace], int]``) as a default. A command is thin: it
+parses, calls one function and prints; it returns 0 (or 1 for a negative answer such as
+"not SERVING") and *raises* on failure. The exit code of a failure is decided in one place,
+:func:`litehit_service.cli.exit_code`: 2 for bad input or usage, 1 for a runtime failure.
 Heavy imports (grpc, matplotlib, numpy) happen inside ``func`` so ``litehit --help`` is fast.
 """
 
 COMMAND_MODULES = ("serve", "instances", "health", "replay", "query", "curve", "convert")
+
+
+class UsageError(Exception):
+    """The command line itself is wrong (contradicting options, a bad value): exit code 2."""
+
+
+class CommandFailed(Exception):
+    """The command ran but could not do its job (server unreachable, ...): exit code 1."""
+
+
+def rpc_detail(exc: BaseException) -> str:
+    """The status details of a ``grpc.RpcError`` (its text for anything else)."""
+    details = getattr(exc, "details", None)
+    return str(details()) if callable(details) else str(exc)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Iterable, Iterator
 from typing import Any
+
+from litehit_service.commands import UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -71,58 +71,16 @@ def _option_error(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the curves of ``args.facts`` and write the outputs; returns the exit code."""
-    from litehit_core import FactsFormatError, InvalidRequestError, read_facts
-    from litehit_service import curve as curves_mod
-    from litehit_service.outputs import atomic_outputs, progress
+    """Build the curves of ``args.facts``, write the outputs, print the table."""
+    from litehit_service.offline.curve import run_curve
 
     problem = _option_error(args)
     if problem is not None:
-        print(f"litehit curve: error: {problem}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    outputs = [p for p in (args.output, args.csv) if p is not None]
-    counter = [0]
-    try:
-        with atomic_outputs(outputs):
-            rows = progress(_counted(read_facts(args.facts), counter), "req")
-            curves = curves_mod.build_curves(rows, args.instance)
-            if args.csv is not None:
-                curves_mod.write_breakpoints_csv(curves, args.csv)
-            if args.output is not None:
-                curves_mod.plot_curves(
-                    curves,
-                    args.output,
-                    linear=args.linear,
-                    title=f"Exact LRU prefix-cache hit rate: {os.path.basename(args.facts)}",
-                )
-    except BaseException as exc:
-        if isinstance(exc, FactsFormatError):
-            print(exc, file=sys.stderr)
-            return 2
-        if isinstance(exc, InvalidRequestError):
-            print(f"litehit curve: error: {exc}", file=sys.stderr)
-            return 2
-        if isinstance(exc, OSError) and exc.filename is not None:
-            print(f"{exc.filename}: {exc.strerror}", file=sys.stderr)
-            return 2
-        raise
-    elapsed = time.perf_counter() - started
-    sys.stdout.write(curves_mod.format_table(curves))
-    sys.stdout.flush()
-    count = counter[0]
-    rate = count / elapsed if elapsed > 0 else 0.0
-    dest = ", ".join(outputs) if outputs else "table only"
-    print(
-        f"curve: {count} requests, {len(curves)} instances, {elapsed:.3f} s, "
-        f"{rate:,.0f} requests/s -> {dest}",
-        file=sys.stderr,
+        raise UsageError(problem)
+    result = run_curve(
+        args.facts, args.output, args.csv, instance_id=args.instance, linear=args.linear
     )
+    sys.stdout.write(result.table)
+    sys.stdout.flush()
+    print(result.summary_line(), file=sys.stderr)
     return 0
-
-
-def _counted(rows: Iterable[Any], counter: list[int]) -> Iterator[Any]:
-    n = 0
-    for n, row in enumerate(rows, 1):  # noqa: B007 - n is read after the loop
-        yield row
-    counter[0] = n

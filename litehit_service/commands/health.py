@@ -7,7 +7,8 @@ status; exit 1 when not SERVING or unreachable.
 from __future__ import annotations
 
 import argparse
-import sys
+
+from litehit_service.commands import CommandFailed, UsageError, rpc_detail
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,27 +30,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    """One health Check; 0 when SERVING, 1 otherwise."""
+    """One health Check; prints the status; 0 when SERVING, 1 otherwise (raises when the
+    server cannot be reached)."""
     import grpc
     from grpc_health.v1 import health_pb2
 
     from litehit_service.client import OptimizerClient
 
     if not args.timeout > 0:
-        print(f"litehit health: error: --timeout must be > 0, got {args.timeout}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--timeout must be > 0, got {args.timeout}")
     try:
         with OptimizerClient(
             args.server, timeout=args.timeout, retries=0, tls_ca=args.tls_ca
         ) as client:
             status = client.health(args.service)
     except grpc.RpcError as exc:
-        detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-        print(f"litehit health: {args.server} unreachable: {detail}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"litehit health: error: {exc}", file=sys.stderr)
-        return 1
+        raise CommandFailed(f"{args.server} unreachable: {rpc_detail(exc)}") from None
     name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
     print(name)
     return 0 if status == health_pb2.HealthCheckResponse.SERVING else 1

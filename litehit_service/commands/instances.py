@@ -11,8 +11,10 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from litehit_service.commands import CommandFailed, rpc_detail
+
 if TYPE_CHECKING:
-    from litehit_service._proto import optimizer_service_pb2 as pb2
+    from litehit_service import messages as pb2
 
 COLUMNS = (
     "INSTANCE",
@@ -143,27 +145,20 @@ def to_json(response: pb2.OptimizerListInstancesResponse) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fetch ListInstances and print it; 1 on a transport error or an error status."""
+    """Fetch ListInstances and print it (raises on a transport error or an error status)."""
     import grpc
 
-    from litehit_service._proto import optimizer_service_pb2 as pb2
     from litehit_service.client import OptimizerClient
+    from litehit_service.messages import OK, ErrorCode
 
     try:
         with OptimizerClient(args.server, timeout=args.timeout, tls_ca=args.tls_ca) as client:
             response = client.list_instances(args.group)
     except grpc.RpcError as exc:
-        detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-        print(f"litehit instances: {args.server} unreachable: {detail}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"litehit instances: error: {exc}", file=sys.stderr)
-        return 1
+        raise CommandFailed(f"{args.server} unreachable: {rpc_detail(exc)}") from None
     status = response.header.status
-    if status.code != pb2.OK:
-        name = pb2.ErrorCode.Name(status.code)
-        print(f"litehit instances: {name}: {status.message}", file=sys.stderr)
-        return 1
+    if status.code != OK:
+        raise CommandFailed(f"{ErrorCode.Name(status.code)}: {status.message}")
     if args.json:
         print(json.dumps(to_json(response), indent=2))
     elif not response.instances:

@@ -18,25 +18,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import sys
-import tempfile
-import time
-from collections.abc import Iterable, Iterator
-from typing import IO, TYPE_CHECKING, Any
-
-import orjson
+from typing import Any
 
 from litehit_core import MAX_CAPACITY_GB
-from litehit_service.outputs import atomic_outputs, progress
-
-if TYPE_CHECKING:
-    from litehit_core import FactsQuery, QueryChunk
-
-_NUMPY = orjson.OPT_SERIALIZE_NUMPY
-
-SPOOL_BYTES = 64 * 1024 * 1024
-"""Stdout output is buffered in memory up to this size, then in a temporary file."""
+from litehit_service.commands import UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -104,99 +90,12 @@ def _float_or_none(text: str) -> float | None:
         return None
 
 
-def json_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
-    """Compact JSON text of each row plus ``\\n`` (orjson: shortest round-trip floats).
-
-    Parses back to exactly the rows (``json.loads``). NaN and infinities cannot occur in
-    ``query_facts`` output and would raise. O(total values), C-speed.
-    """
-    dumps = orjson.dumps
-    for row in rows:
-        yield dumps(row).decode() + "\n"
-
-
-def _chunk_lines(chunk: QueryChunk) -> bytes:
-    """A chunk's per-request rows as JSON lines, the same JSON as :func:`json_lines` of
-    ``query_facts`` rows. The two matrices are serialised in bulk (orjson, C) and split
-    into rows; per row only ids and two ints are formatted. O(rows x slots)."""
-    dumps = orjson.dumps
-    hits = dumps(chunk.hit_blocks, option=_NUMPY)[2:-2].split(b"],[")
-    rates = dumps(chunk.hit_rates, option=_NUMPY)[2:-2].split(b"],[")
-    ids: dict[str, bytes] = {}
-    lines = []
-    append = lines.append
-    for row, h, r in zip(chunk.rows, hits, rates):
-        iid = ids.get(row.instance_id)
-        if iid is None:
-            iid = ids[row.instance_id] = dumps(row.instance_id)
-        append(
-            b'{"trace_id":%b,"instance_id":%b,"timestamp_ns":%d,"input_token_len":%d,'
-            b'"hit_blocks":[%b],"hit_rates":[%b]}\n'
-            % (dumps(row.trace_id), iid, row.timestamp_ns, row.input_token_len, h, r)
-        )
-    return b"".join(lines)
-
-
-def _write_query(
-    query: FactsQuery, rows: Iterable[Any], out: IO[bytes], summary_only: bool
-) -> tuple[int, int]:
-    """Write every line of ``query`` over ``rows`` to ``out``; returns (requests, instances)."""
-    for chunk in query.chunks(rows):
-        if not summary_only:
-            out.write(_chunk_lines(chunk))
-    summaries = query.summaries()
-    out.write(b"".join(orjson.dumps(row) + b"\n" for row in summaries))
-    return summaries[-1]["requests"], len(summaries) - 1
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run the query; returns the exit code (0, or 2 on any error)."""
-    from litehit_core import FactsFormatError, FactsQuery, InvalidRequestError, read_facts
+    """Run the query; the summary line goes to stderr (errors raise; see cli)."""
+    from litehit_service.offline.query import run_query
 
-    out_path = args.output
-    if out_path is not None and os.path.realpath(out_path) == os.path.realpath(args.facts):
-        print(f"litehit query: error: -o {out_path!r} is the facts file", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    try:
-        query = FactsQuery(args.capacity_gb)
-        rows = progress(read_facts(args.facts), "req")
-        if out_path is not None:
-            with atomic_outputs([out_path]) as (tmp,), open(tmp, "wb") as fh:
-                n, instances = _write_query(query, rows, fh, args.summary_only)
-        else:
-            with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b") as spool:
-                n, instances = _write_query(query, rows, spool, args.summary_only)
-                spool.seek(0)
-                sys.stdout.flush()
-                shutil.copyfileobj(spool, sys.stdout.buffer)
-                sys.stdout.buffer.flush()
-    except BaseException as exc:
-        if isinstance(exc, FactsFormatError):
-            print(exc, file=sys.stderr)
-            return 2
-        if isinstance(exc, InvalidRequestError):
-            print(f"litehit query: error: {exc}", file=sys.stderr)
-            return 2
-        if isinstance(exc, BrokenPipeError):
-            _silence_stdout()
-            return 1
-        if isinstance(exc, OSError) and exc.filename is not None:
-            print(f"{exc.filename}: {exc.strerror}", file=sys.stderr)
-            return 2
-        raise
-    elapsed = time.perf_counter() - started
-    rate = n / elapsed if elapsed > 0 else 0.0
-    print(
-        f"query: {n} requests, {instances} instances, {elapsed:.3f} s, "
-        f"{rate:,.0f} requests/s -> {out_path or 'stdout'}",
-        file=sys.stderr,
-    )
+    if args.output is not None and os.path.realpath(args.output) == os.path.realpath(args.facts):
+        raise UsageError(f"-o {args.output!r} is the facts file")
+    summary = run_query(args.facts, args.capacity_gb, args.output, summary_only=args.summary_only)
+    print(summary.line(), file=sys.stderr)
     return 0
-
-
-def _silence_stdout() -> None:
-    """After a closed pipe, point stdout at devnull so the interpreter's flush is quiet."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)

@@ -1,9 +1,9 @@
 """``litehit replay CONFIG.json``: replay a trace offline into a facts ledger.
 
 Drives the same manager as ``litehit serve`` in process and writes
-``<output_result_path>/litehit_facts.csv`` (see :mod:`litehit_service.offline` and, for the
-config fields, :mod:`litehit_service.config`). A progress bar goes to stderr only when it
-is a terminal; the run ends with one line per instance (token hit rate per capacity) and a
+``<output_result_path>/litehit_facts.csv`` (see :mod:`litehit_service.offline.replay`; the
+config fields: :mod:`litehit_service.offline.config`). A progress bar goes to stderr only
+when it is a terminal; the run ends with one line per instance (token hit rate per capacity) and a
 one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on stderr.
 
 Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from typing import Any
 
 
@@ -57,23 +56,14 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the replay; returns the exit code (0, 2 bad input, 1 internal error)."""
-    from litehit_service.config import ReplayError, load_config
-    from litehit_service.offline import run_replay, with_workers
+    """Run the replay; per-instance lines and the summary go to stderr (errors raise)."""
+    from litehit_service.offline.config import load_config
+    from litehit_service.offline.replay import run_replay, with_workers
 
-    progress = not args.quiet and sys.stderr.isatty()
-    try:
-        config = load_config(args.config)
-        if args.workers is not None:
-            config = with_workers(config, args.workers)
-        summary = run_replay(config, progress=progress)
-    except ReplayError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except Exception as exc:  # a bug, not bad input: report it with its own exit code
-        traceback.print_exc(file=sys.stderr)
-        print(f"litehit replay: internal error: {exc!r}", file=sys.stderr)
-        return 1
+    config = load_config(args.config)
+    if args.workers is not None:
+        config = with_workers(config, args.workers)
+    summary = run_replay(config, progress=not args.quiet and sys.stderr.isatty())
     if not args.quiet:
         for line in summary.instance_lines():
             print(line, file=sys.stderr)

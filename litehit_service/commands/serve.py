@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from litehit_service.addresses import parse_address
+from litehit_service.commands import UsageError
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _address(text: str) -> str:
+    parse_address(text)  # ValueError names the problem
+    return text
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -44,7 +51,7 @@ _OPTIONS = (
         "--listen",
         "LITEHIT_LISTEN",
         "127.0.0.1:50051",
-        str,
+        _address,
         "gRPC HOST:PORT (port 0 = any)",
         "ADDR",
     ),
@@ -52,7 +59,7 @@ _OPTIONS = (
         "--metrics-listen",
         "LITEHIT_METRICS_LISTEN",
         "127.0.0.1:9464",
-        str,
+        _address,
         "Prometheus /metrics HOST:PORT (port 0 = any)",
         "ADDR",
     ),
@@ -133,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """Flag > environment > default for every option; ValueError names the flag or variable."""
+    """Flag > environment > default for every option; UsageError names the flag or variable."""
     environ = dict(os.environ) if environ is None else environ
     values: dict[str, Any] = {}
     for option in _OPTIONS:
@@ -148,22 +155,17 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
         try:
             values[dest] = option.parse(raw)
         except ValueError as exc:
-            raise ValueError(f"{source}: invalid value {raw!r} ({exc})") from None
+            raise UsageError(f"{source}: invalid value {raw!r} ({exc})") from None
     return values
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the service and block until SIGTERM/SIGINT; 0 on a clean stop, 1 on errors."""
-    try:
-        values = resolve(args)
-    except ValueError as exc:
-        print(f"litehit serve: error: {exc}", file=sys.stderr)
-        return 2
+    """Start the service and block until SIGTERM/SIGINT; 0 on a clean stop (raises on errors)."""
+    values = resolve(args)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    from litehit_service.errors import OptimizerError
     from litehit_service.server import ServerConfig, serve
 
     config = ServerConfig(
@@ -178,9 +180,4 @@ def run(args: argparse.Namespace) -> int:
         max_block_keys=values["max_block_keys"],
         grace_seconds=values["grace_seconds"],
     )
-    try:
-        return serve(config)
-    except (OptimizerError, OSError, ValueError) as exc:
-        logging.getLogger("litehit.serve").debug("start-up failed", exc_info=exc)
-        print(f"litehit serve: error: {exc}", file=sys.stderr)
-        return 1
+    return serve(config)

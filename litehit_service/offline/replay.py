@@ -15,7 +15,7 @@ answers cannot disagree. For every trace event, in input order:
   ``<output_result_path>/litehit_facts.csv`` (written as ``.tmp``, renamed at the end).
 
 All or nothing: the first bad line (malformed, backwards timestamp, unknown instance,
-length rule) or a trace without requests raises :class:`ReplayError` (``path:line:
+length rule) or a trace without requests raises :class:`LocatedError` (``path:line:
 reason``) and publishes nothing.
 
 ``pipeline_worker_count > 1`` parses lines in worker processes (batches of
@@ -42,20 +42,20 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from litehit_core import FACTS_FILENAME, FactsWriter, csv_field, format_hit_curve
-from litehit_service.config import ReplayConfig, ReplayError, check_config
+from litehit_core import FACTS_FILENAME, FactsWriter, LocatedError, csv_field, format_hit_curve
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
-from litehit_service.traces import (
-    TraceFormatError,
+from litehit_service.offline.config import ReplayConfig, check_config
+from litehit_service.offline.traces import (
     check_utf8,
+    open_trace,
     parse_mooncake_line,
     parse_standard_line,
     read_lmcache,
 )
 
-__all__ = ["BATCH_LINES", "ReplayError", "ReplaySummary", "run_replay"]
+__all__ = ["BATCH_LINES", "ReplaySummary", "run_replay"]
 
 BATCH_LINES = 256
 """Lines per parse batch (one worker task); the pipeline reads ``workers x`` this at once."""
@@ -66,7 +66,7 @@ _INLINE_BATCH = 4096
 # plain tuple with the same fields (what worker processes send back).
 _Event = Sequence[Any]
 # (events, error raised after them or None, characters read for the progress bar)
-_Batch = tuple[list[_Event], "TraceFormatError | None", int]
+_Batch = tuple[list[_Event], "LocatedError | None", int]
 _Lane = tuple[str, str, str]
 
 
@@ -131,7 +131,7 @@ def parse_lines(
     block_size: int,
     instance_id: str,
     plain: bool = False,
-) -> tuple[list[_Event], TraceFormatError | None]:
+) -> tuple[list[_Event], LocatedError | None]:
     """Parse consecutive trace lines (``first_line_no`` is the first one's 1-based number).
 
     Returns the events before the first bad line and that line's error (or None); blank
@@ -157,26 +157,18 @@ def parse_lines(
                 ev = parse_standard_line(text, line_no, path)
                 if ev is not None:
                     append(tuple(ev) if plain else ev)
-    except TraceFormatError as exc:
+    except LocatedError as exc:
         return out, exc
     except RecursionError:
-        return out, TraceFormatError(path, line_no, "invalid JSON: nested too deeply")
+        return out, LocatedError(path, line_no, "invalid JSON: nested too deeply")
     return out, None
-
-
-def _open_trace(path: str) -> Any:
-    try:
-        # surrogateescape + _check_utf8 give invalid UTF-8 its exact line (as traces.py does)
-        return open(path, encoding="utf-8-sig", errors="surrogateescape")
-    except OSError as exc:
-        raise ReplayError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
 
 
 def _inline_batches(
     path: str, fmt: str, block_size: int, instance_id: str, sizes: bool
 ) -> Iterator[_Batch]:
     """Parse in this process, :data:`_INLINE_BATCH` lines at a time."""
-    with _open_trace(path) as fh:
+    with open_trace(path) as fh:
         first = 1
         while True:
             lines = list(islice(fh, _INLINE_BATCH))
@@ -200,8 +192,8 @@ def _pool_batches(
     # children only parse text, so the parent's other threads (if any) do not matter there.
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pending: deque[tuple[Future[tuple[list[_Event], TraceFormatError | None]], int]] = deque()
-    with _open_trace(path) as fh, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    pending: deque[tuple[Future[tuple[list[_Event], LocatedError | None]], int]] = deque()
+    with open_trace(path) as fh, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         first = 1
         done = False
 
@@ -236,17 +228,12 @@ def _pool_batches(
 
 def _lmcache_batches(path: str, config: ReplayConfig) -> Iterator[_Batch]:
     """The whole LMCache log (sorted by timestamp) as one batch; chunk sizes checked."""
-    try:
-        # Block bytes come from the config's location specs, so the logs' dtypes/shapes are
-        # not needed: a placeholder size skips reading them (an unknown dtype is no error).
-        trace = read_lmcache(path, kv_bytes_per_chunk=1)
-    except TraceFormatError as exc:
-        raise ReplayError(exc.path, exc.line_no, exc.reason) from None
-    except OSError as exc:
-        raise ReplayError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
+    # Block bytes come from the config's location specs, so the logs' dtypes/shapes are
+    # not needed: a placeholder size skips reading them (an unknown dtype is no error).
+    trace = read_lmcache(path, kv_bytes_per_chunk=1)
     for model, info in sorted(trace.models.items()):
         if info.chunk_size != config.block_size:
-            raise ReplayError(
+            raise LocatedError(
                 path,
                 0,
                 f"model {model!r} has chunk_size {info.chunk_size} but the config's trace "
@@ -268,7 +255,7 @@ def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplayS
     """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
 
     ``progress``: show a tqdm bar on stderr (None = only when stderr is a terminal).
-    Raises :class:`ReplayError` (``ConfigError`` for config problems) with ``path:line:
+    Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
     reason``; then no ledger (and no ``.tmp``) is left behind, and an existing ledger is
     untouched. Cost: see the module docstring.
     """
@@ -314,16 +301,12 @@ def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplayS
         with FactsWriter(facts_path) as writer:
             requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
             if not requests:
-                raise ReplayError(
+                raise LocatedError(
                     path,
                     0,
                     "no valid rows: the trace holds no get/request events"
                     + (f" (only {writes} write events)" if writes else " (it is empty)"),
                 )
-    except OSError as exc:
-        where = exc.filename if isinstance(exc.filename, str) else str(facts_path)
-        doing = "read the trace" if where == path else "write the facts"
-        raise ReplayError(where, 0, f"cannot {doing}: {exc.strerror or exc}") from None
     finally:
         if bar is not None:
             bar.close()
@@ -395,7 +378,7 @@ def _drive(
         events_seen += len(events)
         for line_no, kind, iid, tid, ts, keys, input_len in events:
             if ts < last_ts:
-                raise ReplayError(
+                raise LocatedError(
                     path,
                     line_no,
                     f"timestamp_ns {ts} goes backwards (line {last_line} has {last_ts}); "
@@ -408,7 +391,7 @@ def _drive(
                 continue
             targets = fixed or get_route(iid)
             if targets is None:
-                raise ReplayError(
+                raise LocatedError(
                     path,
                     line_no,
                     f"instance_id {iid!r} is not a configured instance {sorted(lanes)}; "
@@ -420,14 +403,14 @@ def _drive(
                 try:
                     fact, tokens = record(lane_id, keys, input_len, ts, trace_bs)
                 except OptimizerError as exc:
-                    raise ReplayError(path, line_no, str(exc)) from None
+                    raise LocatedError(path, line_no, str(exc)) from None
                 append(f'{tid}{head}{ts},{tokens}{tail}{format_curve(fact.hit_curve)}"\n')
         writer.write_lines(rows)
         rows.clear()
         if bar is not None:
             bar.update(size or len(events))
         if error is not None:
-            raise ReplayError(error.path, error.line_no, error.reason) from None
+            raise error
     return events_seen - writes, writes
 
 

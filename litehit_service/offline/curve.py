@@ -10,14 +10,16 @@ This module computes (:func:`build_curves`), renders the text table (:func:`form
 the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
 matplotlib Agg canvas, imported lazily; no display needed). Files are written to
 ``<path>.tmp`` by the writers; ``litehit curve`` publishes them with
-:func:`litehit_service.outputs.atomic_outputs`.
+:func:`litehit_service.offline.outputs.atomic_outputs`; :func:`run_curve` is the whole
+``litehit curve`` command.
 """
 
 from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
@@ -30,8 +32,9 @@ from litehit_core import (
     InvalidRequestError,
     bytes_to_blocks,
     capacity_gb_to_bytes,
+    read_facts,
 )
-from litehit_service.outputs import tmp_path
+from litehit_service.offline.outputs import atomic_outputs, progress, tmp_path
 
 GIB = 1024**3
 MARK_PERCENTS = (90, 95, 99)
@@ -399,3 +402,64 @@ def _short_gb(gb: float) -> str:
     if gb >= 1 / 1024:
         return f"{gb * 1024:.3g} MiB"
     return f"{gb * 1024 * 1024:.3g} KiB"
+
+
+# ---------------------------------------------------------------- the command
+
+
+@dataclass(frozen=True)
+class CurveRun:
+    """What :func:`run_curve` built: the curves, their table text and what was written."""
+
+    curves: list[InstanceCurve]
+    table: str
+    requests: int
+    elapsed_s: float
+    outputs: tuple[str, ...]
+
+    def summary_line(self) -> str:
+        """The one-line summary printed on stderr."""
+        rate = self.requests / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        dest = ", ".join(self.outputs) if self.outputs else "table only"
+        return (
+            f"curve: {self.requests} requests, {len(self.curves)} instances, "
+            f"{self.elapsed_s:.3f} s, {rate:,.0f} requests/s -> {dest}"
+        )
+
+
+def run_curve(
+    facts_path: str,
+    png: str | None = None,
+    csv_path: str | None = None,
+    *,
+    instance_id: str | None = None,
+    linear: bool = False,
+) -> CurveRun:
+    """Read a ledger once, build every instance's exact curve, write the PNG and the
+    breakpoint CSV (all or nothing) and render the table. Raises LocatedError (a bad row)
+    or :class:`CurveError`. O(facts) + O(B log B) per instance + the PNG."""
+    started = time.perf_counter()
+    outputs = tuple(p for p in (png, csv_path) if p is not None)
+    counter = [0]
+    with atomic_outputs(outputs):
+        rows = progress(_counted(read_facts(facts_path), counter), "req")
+        curves = build_curves(rows, instance_id)
+        if csv_path is not None:
+            write_breakpoints_csv(curves, csv_path)
+        if png is not None:
+            plot_curves(
+                curves,
+                png,
+                linear=linear,
+                title=f"Exact LRU prefix-cache hit rate: {os.path.basename(facts_path)}",
+            )
+    return CurveRun(
+        curves, format_table(curves), counter[0], time.perf_counter() - started, outputs
+    )
+
+
+def _counted(rows: Iterable[FactRow], counter: list[int]) -> Iterator[FactRow]:
+    n = 0
+    for n, row in enumerate(rows, 1):  # noqa: B007 - n is read after the loop
+        yield row
+    counter[0] = n

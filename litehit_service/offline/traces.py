@@ -1,7 +1,7 @@
 """Trace readers: the standard LiteHit JSONL, Mooncake FAST'25 and LMCache lookup-hash logs.
 
 Every reader turns a file into :class:`TraceEvent` tuples and fails fast: the first bad line
-raises :class:`TraceFormatError` whose text is exactly ``"{path}:{line_no}: {reason}"`` (the
+raises :class:`LocatedError` whose text is exactly ``"{path}:{line_no}: {reason}"`` (the
 reason names the field and the offending value). ``line_no`` is 1-based; 0 means the error
 concerns the file or directory as a whole. Files are read as UTF-8 (a leading BOM is
 skipped); bytes that are not UTF-8 are reported with their exact line.
@@ -35,6 +35,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from litehit_core import LocatedError
+
 __all__ = [
     "EVENT_KINDS",
     "INT64_MAX",
@@ -42,7 +44,6 @@ __all__ = [
     "LMCacheTrace",
     "ModelInfo",
     "TraceEvent",
-    "TraceFormatError",
     "dtype_size",
     "format_standard_event",
     "parse_mooncake_line",
@@ -97,20 +98,6 @@ class LMCacheTrace(NamedTuple):
     files: list[str]
 
 
-class TraceFormatError(ValueError):
-    """A malformed trace line; ``str(exc)`` is exactly ``f"{path}:{line_no}: {reason}"``."""
-
-    def __init__(self, path: str | os.PathLike[str], line_no: int, reason: str) -> None:
-        self.path = os.fspath(path)
-        self.line_no = line_no
-        self.reason = reason
-        super().__init__(f"{self.path}:{line_no}: {reason}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Picklable (for worker processes) even though __init__ takes three arguments.
-        return (type(self), (self.path, self.line_no, self.reason))
-
-
 # --------------------------------------------------------------------------- helpers
 
 _MISSING: Any = object()
@@ -140,10 +127,16 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _open_text(path: str) -> Any:
-    # surrogateescape + the per-line isascii() check in _lines() give exact line numbers
-    # for invalid UTF-8, which a strict decoder (working in 8 KiB chunks) cannot.
-    return open(path, encoding="utf-8-sig", errors="surrogateescape")
+def open_trace(path: str) -> Any:
+    """Open a trace file as text; a file that cannot be opened is a LocatedError at line 0.
+
+    surrogateescape + the per-line isascii() check (:func:`check_utf8`) give exact line
+    numbers for invalid UTF-8, which a strict decoder (working in 8 KiB chunks) cannot.
+    """
+    try:
+        return open(path, encoding="utf-8-sig", errors="surrogateescape")
+    except OSError as exc:
+        raise LocatedError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
 
 
 def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
@@ -159,7 +152,7 @@ def check_utf8(text: str, line_no: int, path: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise TraceFormatError(
+        raise LocatedError(
             path, line_no, f"not valid UTF-8 (bad byte at column {exc.start + 1})"
         ) from None
 
@@ -186,7 +179,7 @@ def _decode_object(
         return None
     if type(obj) is not dict:
         kind = _JSON_TYPE_NAMES.get(type(obj), type(obj).__name__)
-        raise TraceFormatError(path, line_no, f"expected a JSON object, got {kind} {_show(obj)}")
+        raise LocatedError(path, line_no, f"expected a JSON object, got {kind} {_show(obj)}")
     return obj
 
 
@@ -201,36 +194,32 @@ def _decode_careful(text: str, line_no: int, path: str) -> Any:
         try:
             obj = json.loads(text.rstrip(_JSON_WS))  # keep the error on line 1
         except json.JSONDecodeError as exc:
-            raise TraceFormatError(
+            raise LocatedError(
                 path, line_no, f"invalid JSON: {exc.msg} at column {exc.colno}"
             ) from None
         except RecursionError:
-            raise TraceFormatError(path, line_no, "invalid JSON: nested too deeply") from None
+            raise LocatedError(path, line_no, "invalid JSON: nested too deeply") from None
     except RecursionError:
-        raise TraceFormatError(path, line_no, "invalid JSON: nested too deeply") from None
+        raise LocatedError(path, line_no, "invalid JSON: nested too deeply") from None
     else:
         if end != len(text):
             rest = text[end:]
             extra = rest.lstrip(_JSON_WS)
             if extra:
                 column = end + len(rest) - len(extra) + 1
-                raise TraceFormatError(
-                    path, line_no, f"invalid JSON: extra data at column {column}"
-                )
+                raise LocatedError(path, line_no, f"invalid JSON: extra data at column {column}")
     return obj
 
 
 def _require(obj: dict[str, Any], field: str, line_no: int, path: str) -> Any:
     value = obj.get(field, _MISSING)
     if value is _MISSING:
-        raise TraceFormatError(path, line_no, f"missing required field {field!r}")
+        raise LocatedError(path, line_no, f"missing required field {field!r}")
     return value
 
 
-def _bad(path: str, line_no: int, field: str, expected: str, value: Any) -> TraceFormatError:
-    return TraceFormatError(
-        path, line_no, f"field {field!r} must be {expected}; got {_show(value)}"
-    )
+def _bad(path: str, line_no: int, field: str, expected: str, value: Any) -> LocatedError:
+    return LocatedError(path, line_no, f"field {field!r} must be {expected}; got {_show(value)}")
 
 
 def _check_int64_array(values: list[Any], field: str, line_no: int, path: str, text: str) -> None:
@@ -251,11 +240,11 @@ def _check_int64_array(values: list[Any], field: str, line_no: int, path: str, t
             return
     for i, v in enumerate(values):
         if type(v) is not int:
-            raise TraceFormatError(
+            raise LocatedError(
                 path, line_no, f"{field}[{i}] must be an int64 integer; got {_show(v)}"
             )
         if not INT64_MIN <= v <= INT64_MAX:
-            raise TraceFormatError(
+            raise LocatedError(
                 path,
                 line_no,
                 f"{field}[{i}] is outside the int64 range [{INT64_MIN}, {INT64_MAX}]; got {v}",
@@ -273,12 +262,12 @@ def _positive_int(value: Any) -> bool:
 def parse_standard_line(text: str, line_no: int, path: str) -> TraceEvent | None:
     """Parse one line of a standard trace; ``None`` for a blank line.
 
-    Raises :class:`TraceFormatError` naming the field and value for any rule in the module
+    Raises :class:`LocatedError` naming the field and value for any rule in the module
     docstring. O(len(text)).
     """
     try:
         return _standard_event(text, line_no, path, False)
-    except TraceFormatError:
+    except LocatedError:
         return _standard_event(text, line_no, path, True)  # report exact values
 
 
@@ -305,7 +294,7 @@ def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEve
     ts_us = obj.get("timestamp_us", _MISSING)
     if ts_ns is not _MISSING:
         if ts_us is not _MISSING:
-            raise TraceFormatError(
+            raise LocatedError(
                 path, line_no, "give exactly one of 'timestamp_ns' and 'timestamp_us', not both"
             )
         if not _positive_int(ts_ns) or ts_ns > INT64_MAX:
@@ -315,7 +304,7 @@ def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEve
             raise _bad(path, line_no, "timestamp_us", "an integer in [1, (2**63-1) // 1000]", ts_us)
         ts_ns = ts_us * 1000
     else:
-        raise TraceFormatError(
+        raise LocatedError(
             path, line_no, "missing required field 'timestamp_ns' (or 'timestamp_us')"
         )
 
@@ -332,7 +321,7 @@ def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEve
         elif type(input_len) is not int or input_len < 0:
             raise _bad(path, line_no, "input_len", "an integer >= 0", input_len)
     elif input_len is _MISSING:
-        raise TraceFormatError(
+        raise LocatedError(
             path, line_no, f"missing required field 'input_len' (required for type {kind!r})"
         )
     elif not _positive_int(input_len):
@@ -344,11 +333,11 @@ def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEve
 def read_standard(path: str | os.PathLike[str]) -> Iterator[TraceEvent]:
     """Iterate the events of a standard trace file in file order (blank lines skipped).
 
-    Lazy and fail-fast: events before a bad line are yielded, then :class:`TraceFormatError`
+    Lazy and fail-fast: events before a bad line are yielded, then :class:`LocatedError`
     is raised. O(file size); memory O(longest line).
     """
     p = os.fspath(path)
-    with _open_text(p) as fh:
+    with open_trace(p) as fh:
         for line_no, text in _lines(fh, p):
             event = parse_standard_line(text, line_no, p)
             if event is not None:
@@ -393,7 +382,7 @@ def parse_mooncake_line(
     """
     try:
         return _mooncake_event(text, line_no, path, block_size, instance_id, False)
-    except TraceFormatError:
+    except LocatedError:
         return _mooncake_event(text, line_no, path, block_size, instance_id, True)
 
 
@@ -408,7 +397,7 @@ def _mooncake_event(
         input_len = obj["input_length"]
         hash_ids = obj["hash_ids"]
     except KeyError as exc:
-        raise TraceFormatError(path, line_no, f"missing required field {exc.args[0]!r}") from None
+        raise LocatedError(path, line_no, f"missing required field {exc.args[0]!r}") from None
 
     if type(ts) is int and ts >= 0:
         ts_ns = ts * 1_000_000
@@ -427,7 +416,7 @@ def _mooncake_event(
     n_ids = len(hash_ids)
     if n_ids < n_full or n_ids > n_full + (input_len % block_size > 0):
         n_max = n_full + (input_len % block_size > 0)
-        raise TraceFormatError(
+        raise LocatedError(
             path,
             line_no,
             f"field 'hash_ids' has {n_ids} entries but input_length {input_len} with "
@@ -464,7 +453,7 @@ def read_mooncake(
 
 def _iter_mooncake(path: str, block_size: int, instance_id: str) -> Iterator[TraceEvent]:
     parse = parse_mooncake_line
-    with _open_text(path) as fh:
+    with open_trace(path) as fh:
         for line_no, text in _lines(fh, path):
             event = parse(text, line_no, path, block_size, instance_id)
             if event is not None:
@@ -538,7 +527,7 @@ def _chunk_bytes(obj: dict[str, Any], line_no: int, path: str) -> int:
             raise _bad(path, line_no, f"shapes[{i}]", "an array of integers >= 0", shape)
         size = dtype_size(dtype)
         if size is None:
-            raise TraceFormatError(
+            raise LocatedError(
                 path,
                 line_no,
                 f"field 'dtypes[{i}]' is an unknown dtype {_show(dtype)}; "
@@ -547,7 +536,7 @@ def _chunk_bytes(obj: dict[str, Any], line_no: int, path: str) -> int:
             )
         total += math.prod(shape) * size
     if total <= 0:
-        raise TraceFormatError(
+        raise LocatedError(
             path,
             line_no,
             f"dtypes {_show(dtypes)} and shapes {_show(shapes)} give 0 bytes per chunk",
@@ -597,7 +586,7 @@ def _parse_lmcache_line(
         raise _bad(path, line_no, "chunk_hashes", "an array of hex strings", hashes)
     n_chunks = seq_len // chunk_size
     if len(hashes) != n_chunks:
-        raise TraceFormatError(
+        raise LocatedError(
             path,
             line_no,
             f"field 'chunk_hashes' has {len(hashes)} entries but seq_len {seq_len} // "
@@ -626,7 +615,7 @@ def _lmcache_files(path: str) -> list[str]:
     if os.path.isdir(path):
         files = sorted(str(p) for p in Path(path).glob("lookup_hashes_*.jsonl"))
         if not files:
-            raise TraceFormatError(path, 0, "directory holds no lookup_hashes_*.jsonl files")
+            raise LocatedError(path, 0, "directory holds no lookup_hashes_*.jsonl files")
         return files
     return [path]
 
@@ -662,7 +651,7 @@ def read_lmcache(
     first_seen: dict[str, str] = {}
     all_models: set[str] = set()
     for path in files:
-        with _open_text(path) as fh:
+        with open_trace(path) as fh:
             for line_no, text in _lines(fh, path):
                 parsed = _parse_lmcache_line(text, line_no, path, model, kv_bytes_per_chunk)
                 if parsed is None:
@@ -682,7 +671,7 @@ def read_lmcache(
                         if known.chunk_size != info.chunk_size
                         else ("bytes per chunk", info.bytes_per_chunk, known.bytes_per_chunk)
                     )
-                    raise TraceFormatError(
+                    raise LocatedError(
                         path,
                         line_no,
                         f"model {name!r}: {field} {now} differs from {then} "
@@ -691,6 +680,6 @@ def read_lmcache(
                 events.append(event)
     if model is not None and not events:
         present = ", ".join(repr(m) for m in sorted(all_models)) or "none"
-        raise TraceFormatError(root, 0, f"no events of model {model!r}; models present: {present}")
+        raise LocatedError(root, 0, f"no events of model {model!r}; models present: {present}")
     events.sort(key=itemgetter(4))  # timestamp_ns; list.sort is stable
     return LMCacheTrace(events, models, files)

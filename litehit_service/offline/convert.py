@@ -1,0 +1,238 @@
+"""``litehit convert``'s work: a Mooncake, LMCache or standard trace as standard trace JSONL.
+
+The output has one compact JSON object per event, keys in the order ``type, instance_id,
+trace_id, timestamp_ns, keys, input_len`` (see
+:func:`litehit_service.offline.traces.format_standard_event`). Every timestamp is shifted
+by ``time_offset_ns`` (default 1 ms) because the standard format needs ``timestamp_ns > 0``
+while Mooncake traces start at 0 ms. Output timestamps must not go backwards (a replay
+would reject the file).
+
+All or nothing: the output (and the optional starter config) is written to ``<path>.tmp``
+and renamed only when the whole input converted. Cost: O(input size) time, O(longest line)
+memory (LMCache: O(events), as logs are sorted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from litehit_core import LocatedError
+from litehit_service.offline.outputs import atomic_outputs, progress, tmp_path
+from litehit_service.offline.traces import (
+    INT64_MAX,
+    TraceEvent,
+    format_standard_event,
+    read_lmcache,
+    read_mooncake,
+    read_standard,
+)
+
+FORMATS = ("mooncake", "lmcache", "standard")
+DEFAULT_TIME_OFFSET_NS = 1_000_000
+"""Added to every timestamp so a Mooncake trace (starting at 0 ms) becomes valid (> 0)."""
+DEFAULT_MOONCAKE_BLOCK_SIZE = 512
+"""Tokens per hash id in the Mooncake FAST'25 traces."""
+DEFAULT_STANDARD_BLOCK_SIZE = 256
+"""``block_size`` written by ``--emit-config`` for a standard input (the replay default)."""
+PLACEHOLDER_BYTES_PER_TOKEN = 131_072
+"""Placeholder KV bytes per token for ``--emit-config`` when the trace does not say
+(Mooncake, standard): Llama-3.1-8B in bf16 = 2 (K, V) x 32 layers x 8 KV heads x 128 dims
+x 2 bytes. The spec size written is this times ``block_size``."""
+STARTER_CAPACITIES_GB = (16, 64, 256, 1024, 4096)
+"""Capacities (GiB) of the starter config's "default" instance group."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertSummary:
+    """What one conversion did; ``note`` is a warning for stderr (or empty)."""
+
+    events: int
+    instances: int
+    elapsed_s: float
+    output: str
+    note: str = ""
+
+    def line(self) -> str:
+        """The one-line summary printed on stderr."""
+        rate = self.events / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return (
+            f"convert: {self.events} events, {self.instances} instances, "
+            f"{self.elapsed_s:.3f} s, {rate:,.0f} events/s -> {self.output}"
+        )
+
+
+def convert_trace(
+    source_format: str,
+    input_path: str,
+    output: str,
+    *,
+    block_size: int | None = None,
+    instance_id: str | None = None,
+    model: str | None = None,
+    kv_bytes_per_chunk: int | None = None,
+    time_offset_ns: int = DEFAULT_TIME_OFFSET_NS,
+    emit_config: str | None = None,
+) -> ConvertSummary:
+    """Convert ``input_path`` (``source_format``: mooncake, lmcache or standard) into a
+    standard trace at ``output`` and, with ``emit_config``, a starter replay config; both
+    published atomically. Raises LocatedError naming the input line. O(input size)."""
+    started = time.perf_counter()
+    published = [output] + ([emit_config] if emit_config else [])
+    tmp_paths = [tmp_path(path) for path in published]
+    try:
+        with atomic_outputs(published):
+            count, instances, note = _convert(
+                source_format, input_path, output, block_size, instance_id, model,
+                kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths,
+            )  # fmt: skip
+    except OSError as exc:
+        if exc.filename is not None and os.fspath(exc.filename) in tmp_paths:
+            exc.filename = published[tmp_paths.index(os.fspath(exc.filename))]
+        raise
+    return ConvertSummary(count, len(instances), time.perf_counter() - started, output, note)
+
+
+def _convert(
+    fmt: str,
+    input_path: str,
+    output: str,
+    block_size_arg: int | None,
+    instance_id: str | None,
+    model: str | None,
+    kv_bytes_per_chunk: int | None,
+    time_offset_ns: int,
+    emit_config: str | None,
+    tmp_paths: list[str],
+) -> tuple[int, list[str], str]:
+    """Write the output (and config) tmp files; returns (events, instance ids, stderr note)."""
+    sizes: dict[str, int] = {}
+    events: Iterable[TraceEvent]
+    total: int | None = None
+    if fmt == "mooncake":
+        block_size = block_size_arg or DEFAULT_MOONCAKE_BLOCK_SIZE
+        events = read_mooncake(input_path, block_size, instance_id or "default")
+    elif fmt == "lmcache":
+        trace = read_lmcache(input_path, model, kv_bytes_per_chunk)
+        events, total = trace.events, len(trace.events)
+        sizes = {name: info.bytes_per_chunk for name, info in trace.models.items()}
+        chunk_sizes = sorted({info.chunk_size for info in trace.models.values()})
+        block_size = chunk_sizes[0] if chunk_sizes else 0
+        if emit_config and len(chunk_sizes) > 1:
+            listing = ", ".join(
+                f"{name}={info.chunk_size}" for name, info in sorted(trace.models.items())
+            )
+            raise LocatedError(
+                input_path,
+                0,
+                f"--emit-config needs one chunk_size but the models differ ({listing}); "
+                "pick one with --model",
+            )
+    else:
+        block_size = block_size_arg or DEFAULT_STANDARD_BLOCK_SIZE
+        events = read_standard(input_path)
+
+    with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
+        count, instances = _write_events(
+            progress(events, "ev", total), out, time_offset_ns, input_path
+        )
+    if count == 0:
+        raise LocatedError(input_path, 0, "no events to convert")
+
+    note = ""
+    if emit_config:
+        if not sizes:
+            size = kv_bytes_per_chunk or PLACEHOLDER_BYTES_PER_TOKEN * block_size
+            sizes = dict.fromkeys(instances, size)
+            if kv_bytes_per_chunk is None:
+                note = (
+                    f"note: {emit_config}: location spec size {size} bytes per block is a "
+                    f"placeholder ({PLACEHOLDER_BYTES_PER_TOKEN} bytes per token x block_size "
+                    f"{block_size}, Llama-3.1-8B bf16); set your model's KV bytes per block "
+                    "(or pass --kv-bytes-per-chunk)"
+                )
+        config = starter_config(output, block_size, sizes)
+        with open(tmp_paths[1], "w", encoding="utf-8", newline="\n") as fh:
+            json.dump(config, fh, indent=2)
+            fh.write("\n")
+    return count, instances, note
+
+
+def _write_events(
+    events: Iterable[TraceEvent], out: TextIO, offset_ns: int, source: str
+) -> tuple[int, list[str]]:
+    """Write ``events`` as standard lines shifted by ``offset_ns``; returns (count, instance
+    ids in first-seen order). Rejects timestamps that end up <= 0, overflow int64 or go
+    backwards, naming the source line. O(total keys)."""
+    seen: dict[str, None] = {}
+    write = out.write
+    fmt = format_standard_event
+    count = 0
+    prev_ts = 0
+    prev_line = 0
+    for ev in events:
+        ts = ev.timestamp_ns + offset_ns
+        if ts < prev_ts:
+            raise LocatedError(
+                source,
+                ev.line_no,
+                f"timestamp goes backwards: {ev.timestamp_ns} ns is before the previous "
+                f"event's {prev_ts - offset_ns} ns (line {prev_line})",
+            )
+        if ts <= 0 or ts > INT64_MAX:
+            raise LocatedError(
+                source,
+                ev.line_no,
+                f"timestamp_ns {ev.timestamp_ns} + --time-offset-ns {offset_ns} = {ts} is "
+                "outside [1, 2**63-1]",
+            )
+        prev_ts, prev_line = ts, ev.line_no
+        if ev.instance_id not in seen:
+            seen[ev.instance_id] = None
+        write(fmt(ev, ts))
+        count += 1
+    return count, list(seen)
+
+
+def starter_config(trace_path: str, block_size: int, sizes: dict[str, int]) -> dict[str, Any]:
+    """A starter ``litehit replay`` config for the standard trace at ``trace_path``.
+
+    One instance group "default" (LRU, capacities 1..64 GiB, theoretical maximum on) and one
+    instance per entry of ``sizes`` (instance id -> bytes per block, sorted by id), each with
+    a single location spec "kv" forming the full group "full". ``block_size`` (tokens) is
+    both the trace granularity and every instance's block size. Paths are absolute;
+    results go to ``<trace dir>/<trace stem>_results``. O(instances).
+    """
+    trace_abs = os.path.abspath(trace_path)
+    stem = os.path.splitext(os.path.basename(trace_abs))[0]
+    return {
+        "trace_file_path": trace_abs,
+        "output_result_path": os.path.join(os.path.dirname(trace_abs), f"{stem}_results"),
+        "block_size": block_size,
+        "instance_groups": [
+            {
+                "name": "default",
+                "eviction_policy": "lru",
+                "capacity_gb": list(STARTER_CAPACITIES_GB),
+                "ttl_seconds": 0,
+                "enable_prefix_hash": False,
+                "enable_theoretical_max_cache": True,
+            }
+        ],
+        "instances": [
+            {
+                "instance_id": instance_id,
+                "instance_group": "default",
+                "block_size": block_size,
+                "location_spec_infos": [{"name": "kv", "size": size}],
+                "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}],
+                "optimizer_state_info": {"full_location_spec_group_name": "full"},
+                "linear_step": 0,
+            }
+            for instance_id, size in sorted(sizes.items())
+        ],
+    }

@@ -1,0 +1,81 @@
+"""``litehit query``'s work: project a facts ledger at a list of capacities into JSON lines.
+
+All or nothing: the output goes to ``<OUT>.tmp`` (or, for stdout, a spooled temporary
+buffer) and is published only after the last row was read and projected, so a malformed
+row anywhere fails the whole query and publishes nothing. The core formats the lines
+(:func:`litehit_core.query.format_chunk_lines` and ``format_summary_lines``).
+Cost: O(rows x slots) time, O(chunk + instances x slots) memory (plus the output for stdout).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from litehit_core import FactRow, FactsQuery, read_facts
+from litehit_core.query import format_chunk_lines, format_summary_lines
+from litehit_service.offline.outputs import atomic_outputs, progress
+
+SPOOL_BYTES = 64 * 1024 * 1024
+"""Stdout output is buffered in memory up to this size, then in a temporary file."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuerySummary:
+    """What one query did: ``requests`` rows projected over ``instances`` instances."""
+
+    requests: int
+    instances: int
+    elapsed_s: float
+    destination: str
+
+    def line(self) -> str:
+        """The one-line summary printed on stderr."""
+        rate = self.requests / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        return (
+            f"query: {self.requests} requests, {self.instances} instances, "
+            f"{self.elapsed_s:.3f} s, {rate:,.0f} requests/s -> {self.destination}"
+        )
+
+
+def write_query(
+    query: FactsQuery, rows: Iterable[FactRow], out: IO[bytes], summary_only: bool = False
+) -> tuple[int, int]:
+    """Write every line of ``query`` over ``rows`` to ``out``; returns (requests, instances)."""
+    for chunk in query.chunks(rows):
+        if not summary_only:
+            out.write(format_chunk_lines(chunk))
+    summaries = query.summaries()
+    out.write(format_summary_lines(summaries))
+    return summaries[-1]["requests"], len(summaries) - 1
+
+
+def run_query(
+    facts_path: str,
+    capacity_gb: Sequence[float],
+    output: str | None = None,
+    *,
+    summary_only: bool = False,
+) -> QuerySummary:
+    """Project ``facts_path`` at ``capacity_gb`` (negative = infinite) into ``output``
+    (None: stdout, written only once everything succeeded). Raises LocatedError (a bad
+    row) or InvalidRequestError (the capacity list)."""
+    started = time.perf_counter()
+    query = FactsQuery(capacity_gb)
+    rows = progress(read_facts(facts_path), "req")
+    if output is not None:
+        with atomic_outputs([output]) as (tmp,), open(tmp, "wb") as fh:
+            n, instances = write_query(query, rows, fh, summary_only)
+    else:
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b") as spool:
+            n, instances = write_query(query, rows, spool, summary_only)
+            spool.seek(0)
+            sys.stdout.flush()
+            shutil.copyfileobj(spool, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+    return QuerySummary(n, instances, time.perf_counter() - started, output or "stdout")
