@@ -47,6 +47,7 @@ from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
 from litehit_service.offline.config import replay_config_from_dict  # noqa: E402
 from litehit_service.offline.curve import build_curves, format_table  # noqa: E402
 from litehit_service.offline.replay import parse_lines, run_replay  # noqa: E402
+from litehit_service.policy import QueryPolicy  # noqa: E402
 
 BLOCK_TOKENS = 512
 BLOCK_BYTES = 1 << 20  # 1 MiB per block: capacity_gb * 1024 = blocks
@@ -132,7 +133,7 @@ def main() -> int:
         )
 
         def queries() -> None:
-            m = OnlineOptimizerManager(clock_ns=lambda: 0)
+            m = OnlineOptimizerManager(policy=QueryPolicy.offline())
             for g in config.instance_groups:
                 m.create_group(g)
             m.register_instance(config.instances[0])

@@ -9,6 +9,7 @@ from litehit_core.errors import InvalidRequestError, LocatedError
 from litehit_core.facts import (
     FACTS_FILENAME,
     FACTS_HEADER,
+    FactLineFormat,
     FactRow,
     FactsWriter,
     csv_field,
@@ -40,6 +41,7 @@ __all__ = [
     "FACTS_HEADER",
     "MAX_CAPACITY_GB",
     "CurvePoint",
+    "FactLineFormat",
     "FactRow",
     "FactsQuery",
     "FactsWriter",

@@ -2,7 +2,8 @@
 
 Capacities are in blocks; :func:`project_bytes` is the single byte boundary (one floor
 division by ``block_bytes``). Every component (online service, offline replay, facts
-queries, curves) goes through these functions.
+queries, curves) goes through these functions; a component holding an engine of any model
+goes through the :class:`Projection` its :class:`~litehit_core.engine.EngineSpec` describes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from itertools import chain
 
 import numpy as np
 
-from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+from litehit_core.engine import EngineSpec
+from litehit_core.errors import InvalidRequestError
+from litehit_core.model import HitCurveSegment, RequestFact
 
 _GIB = 1024**3
 _INFINITE_BLOCKS = 1 << 62
@@ -154,3 +157,37 @@ def project_matrix(
     contrib = np.clip(row_caps - flat[:, :1] + 1, 0, flat[:, 1:2])
     np.add.at(hits, owner, contrib)
     return hits
+
+
+class Projection:
+    """Capacity meets the facts of one instance: bytes -> the model's unit -> hits.
+
+    Built once per instance from its :class:`~litehit_core.engine.EngineSpec` and its block
+    size in bytes; :meth:`units` turns a capacity in bytes into the unit of the model's
+    facts (whole blocks: one floor division by ``block_bytes``), the other methods read a
+    fact at capacities already in that unit. Every method is O(segments) per capacity.
+    """
+
+    __slots__ = ("block_bytes", "unit")
+
+    def __init__(self, spec: EngineSpec, block_bytes: int) -> None:
+        if block_bytes <= 0:
+            raise InvalidRequestError(f"block_bytes must be > 0, got {block_bytes}")
+        self.block_bytes = block_bytes
+        self.unit = spec.description.unit
+
+    def units(self, capacity_bytes: int) -> int:
+        """``capacity_bytes`` in the unit of the facts (blocks). O(1)."""
+        return bytes_to_blocks(capacity_bytes, self.block_bytes)
+
+    def hits(self, fact: RequestFact, units: int) -> int:
+        """Hit blocks of ``fact`` at a capacity of ``units``. O(segments)."""
+        return project_curve(fact.hit_curve, units)
+
+    def slots(self, fact: RequestFact, units: Sequence[int]) -> list[int]:
+        """Hit blocks of ``fact`` at each capacity of ``units``, in order. O(slots x segments)."""
+        return project_curve_slots(fact.hit_curve, units)
+
+    def infinite(self, fact: RequestFact) -> int:
+        """Hit blocks of ``fact`` with unlimited capacity. O(segments)."""
+        return project_curve_infinite(fact.hit_curve)

@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from operator import add
 
 from litehit_core import (
     MAX_CAPACITY_GB,
     InvalidRequestError,
-    LiteHit,
     RequestFact,
-    capacity_gb_to_blocks,
+    capacity_gb_to_bytes,
     normalize_request,
-    project_curve_slots,
-    project_infinite,
 )
+from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
+from litehit_core.projector import Projection
 from litehit_service.errors import (
     DuplicateEntity,
     InstanceNotExist,
@@ -54,6 +52,7 @@ from litehit_service.model import (
     TheoreticalResult,
     TraceQueryResult,
 )
+from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
 
 _NS_PER_SECOND = 1_000_000_000
@@ -61,20 +60,20 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_TTL_SECONDS = INT64_MAX // _NS_PER_SECOND
 
-
-_new = tuple.__new__
 THEORETICAL_OFF = TheoreticalResult(max_hit_count=-1, current_unique_keys=-1, hit_rate=-1.0)
 """The theoretical result of an instance whose group has theoretical tracking off."""
 
 
 class InstanceState:
-    """One registered instance: its configuration, its LiteHit and cumulative counters.
+    """One registered instance: its configuration, its engine and cumulative counters.
 
-    Configuration attributes (``registration``, ``group``, ``block_bytes``,
-    ``capacity_blocks``...) never change after construction. ``lite_hit`` and the counters
+    Configuration attributes (``registration``, ``group``, ``spec``, ``projection``,
+    ``block_bytes``, ``capacity_blocks``...) never change after construction. ``engine``,
+    ``clock_ns`` (the instance's monotone clock, see :class:`QueryPolicy`) and the counters
     (``total_queries``, ``total_blocks_queried`` in normalized blocks, ``total_input_tokens``,
     ``total_hits`` per slot in blocks, ``total_max_hits`` in blocks) are read and written
-    only while holding ``lock``.
+    only while holding ``lock``; the manager never hands this object out (see
+    :class:`InstanceInfo`).
     """
 
     __slots__ = (
@@ -88,9 +87,11 @@ class InstanceState:
         "capacity_blocks",
         "enable_prefix_hash",
         "theoretical_enabled",
-        "ttl_ns",
+        "spec",
+        "projection",
         "lock",
-        "lite_hit",
+        "engine",
+        "clock_ns",
         "total_queries",
         "total_blocks_queried",
         "total_input_tokens",
@@ -102,7 +103,8 @@ class InstanceState:
         self,
         registration: InstanceRegistration,
         group: InstanceGroup,
-        block_bytes: int,
+        spec: EngineSpec,
+        projection: Projection,
         capacity_blocks: tuple[int, ...],
     ) -> None:
         self.registration = registration
@@ -110,42 +112,53 @@ class InstanceState:
         self.instance_id = registration.instance_id
         self.instance_group = group.name
         self.block_size = registration.block_size
-        self.block_bytes = block_bytes
+        self.block_bytes = projection.block_bytes
         self.capacity_gb = group.capacity_gb
         self.capacity_blocks = capacity_blocks
         self.enable_prefix_hash = group.enable_prefix_hash
         self.theoretical_enabled = group.enable_theoretical_max_cache
-        self.ttl_ns = group.ttl_seconds * _NS_PER_SECOND
+        self.spec = spec
+        self.projection = projection
         self.lock = threading.Lock()
-        self.lite_hit = LiteHit(ttl_ns=self.ttl_ns)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.engine: ReplayEngine = create_engine(self.spec)
+        self.clock_ns = 0
         self.total_queries = 0
         self.total_blocks_queried = 0
         self.total_input_tokens = 0
-        self.total_hits = [0] * len(capacity_blocks)
+        self.total_hits = [0] * len(self.capacity_blocks)
         self.total_max_hits = 0
 
     def reset(self) -> None:
-        """Forget every block and zero every counter (a fresh LiteHit). O(1) + GC."""
-        fresh = LiteHit(ttl_ns=self.ttl_ns)
+        """Forget every block and zero every counter (a fresh engine). O(1) + GC."""
         with self.lock:
-            self.lite_hit = fresh
-            self.total_queries = 0
-            self.total_blocks_queried = 0
-            self.total_input_tokens = 0
-            self.total_hits = [0] * len(self.capacity_blocks)
-            self.total_max_hits = 0
+            self._fresh()
+
+    def info(self) -> InstanceInfo:
+        """The immutable configuration of this instance. O(1)."""
+        return InstanceInfo(
+            self.instance_id,
+            self.instance_group,
+            self.registration,
+            self.group,
+            self.spec,
+            self.block_bytes,
+            self.capacity_blocks,
+        )
 
     def summary(self) -> InstanceSummary:
         """A consistent snapshot of the counters and debug info, taken under ``lock``.
 
         Per slot ``hit_rate = total_hits * block_size / total_input_tokens`` (0.0 without
-        tokens). O(slots) plus the cost of ``LiteHit.memory_usage_bytes``.
+        tokens). O(slots) plus the cost of the engine's ``memory_usage_bytes``.
         """
         with self.lock:
-            lite = self.lite_hit
-            unique = lite.current_unique_blocks()
-            memory = lite.memory_usage_bytes()
-            expired = lite.expired_blocks
+            engine = self.engine
+            unique = engine.current_unique_blocks()
+            memory = engine.memory_usage_bytes()
+            expired = engine.expired_blocks
             queries = self.total_queries
             blocks = self.total_blocks_queried
             tokens = self.total_input_tokens
@@ -184,33 +197,35 @@ class InstanceState:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """A read-only view of one instance's configuration (what :meth:`instance_infos` hands
+    out instead of the live state): ids, registration, group, engine spec, block bytes and
+    the capacity of every slot in blocks (ascending, as the group lists them)."""
+
+    instance_id: str
+    instance_group: str
+    registration: InstanceRegistration
+    group: InstanceGroup
+    spec: EngineSpec
+    block_bytes: int
+    capacity_blocks: tuple[int, ...]
+
+
 class OnlineOptimizerManager:
     """Groups, registrations and live hit-rate tracking for many instances.
 
-    ``registry`` persists configuration (None: memory only); ``clock_ns`` supplies "now"
-    (ns since the epoch) for queries without a timestamp; ``max_block_keys`` bounds the
-    keys of one query.
+    ``registry`` persists configuration (None: memory only); ``policy`` holds the rules
+    every query follows (default: :meth:`QueryPolicy.online`; the offline replay passes
+    :meth:`QueryPolicy.offline`).
     """
 
-    def __init__(
-        self,
-        registry: Registry | None = None,
-        clock_ns: Callable[[], int] = time.time_ns,
-        max_block_keys: int = 1_000_000,
-    ) -> None:
-        if max_block_keys <= 0:
-            raise ValueError(f"max_block_keys must be > 0, got {max_block_keys}")
+    def __init__(self, registry: Registry | None = None, policy: QueryPolicy | None = None) -> None:
         self._registry = registry
-        self._clock_ns = clock_ns
-        self._max_block_keys = max_block_keys
+        self.policy = policy if policy is not None else QueryPolicy.online()
         self._admin = threading.RLock()
         self._groups: dict[str, InstanceGroup] = {}
         self._instances: dict[str, InstanceState] = {}
-
-    @property
-    def max_block_keys(self) -> int:
-        """The largest number of block keys one TraceQuery may carry."""
-        return self._max_block_keys
 
     # ------------------------------------------------------------------ restore
 
@@ -317,43 +332,42 @@ class OnlineOptimizerManager:
         input_token_len: int = 0,
         token_ids_len: int = 0,
         timestamp_ns: int = 0,
-        trace_block_size_tokens: int = 0,
     ) -> TraceQueryResult:
         """Replay one request's block keys and report hits at every capacity slot.
 
-        ``input_token_len`` 0 falls back to ``token_ids_len`` and then to the keys' length
-        times the block size; ``timestamp_ns`` 0 means ``clock_ns()`` (used for TTL).
-        Per slot: ``cache_hit_count`` (blocks, core projector), ``hit_rate = hits *
-        block_size / input_token_len`` and ``current_unique_keys = min(unique blocks, slot
-        blocks)``. Bad input raises before any state changes. O(keys + slots * segments).
+        The fields follow the manager's :class:`QueryPolicy` (tokens, key granularity,
+        timestamps). Per slot: ``cache_hit_count`` (blocks, the instance's projection),
+        ``hit_rate = hits * block_size / input_token_len`` and ``current_unique_keys =
+        min(unique blocks, slot blocks)``. Bad input raises before any state changes.
+        O(keys + slots * segments).
         """
-        state, keys, tokens, now = self._prepare(
-            instance_id, block_keys, input_token_len, token_ids_len, timestamp_ns,
-            trace_block_size_tokens,
-        )  # fmt: skip
+        state, keys, tokens, stamp = self._prepare(
+            instance_id, block_keys, input_token_len, token_ids_len, timestamp_ns
+        )
         bs = state.block_size
-        fact, hits, unique, best = self._apply(state, keys, tokens, now)
+        fact, hits, unique, best = self._apply(state, keys, tokens, stamp)
         if state.theoretical_enabled:
-            theoretical = _new(
-                TheoreticalResult, (best, unique, best * bs / tokens if tokens else 0.0)
+            theoretical = TheoreticalResult(
+                max_hit_count=best,
+                current_unique_keys=unique,
+                hit_rate=best * bs / tokens if tokens else 0.0,
             )
         else:
             theoretical = THEORETICAL_OFF
         caps = state.capacity_blocks
-        return _new(
-            TraceQueryResult,
-            (
-                fact.total_blocks,
-                tokens,
-                state.capacity_gb,
-                hits,
-                tuple([h * bs / tokens for h in hits]) if tokens else (0.0,) * len(hits),
-                caps if unique >= caps[-1] else tuple([c if c < unique else unique for c in caps]),
-                theoretical,
-                fact,
-                bs,
-                state.block_bytes,
+        return TraceQueryResult(
+            total_blocks=fact.total_blocks,
+            input_token_len=tokens,
+            capacity_gb=state.capacity_gb,
+            hit_blocks=hits,
+            hit_rates=tuple([h * bs / tokens for h in hits]) if tokens else (0.0,) * len(hits),
+            unique_keys=(
+                caps if unique >= caps[-1] else tuple([c if c < unique else unique for c in caps])
             ),
+            theoretical=theoretical,
+            fact=fact,
+            block_size_tokens=bs,
+            block_bytes=state.block_bytes,
         )
 
     def record_query(
@@ -362,7 +376,6 @@ class OnlineOptimizerManager:
         block_keys: Sequence[int],
         input_token_len: int = 0,
         timestamp_ns: int = 0,
-        trace_block_size_tokens: int = 0,
     ) -> tuple[RequestFact, int]:
         """Exactly :meth:`trace_query` (same validation, state and counters) without
         building the per-slot answer: returns the fact and the token denominator.
@@ -370,10 +383,10 @@ class OnlineOptimizerManager:
         The offline replay's entry point, where only the fact is written out.
         O(keys + slots * segments).
         """
-        state, keys, tokens, now = self._prepare(
-            instance_id, block_keys, input_token_len, 0, timestamp_ns, trace_block_size_tokens
+        state, keys, tokens, stamp = self._prepare(
+            instance_id, block_keys, input_token_len, 0, timestamp_ns
         )
-        return self._apply(state, keys, tokens, now)[0], tokens
+        return self._apply(state, keys, tokens, stamp)[0], tokens
 
     def _prepare(
         self,
@@ -382,9 +395,9 @@ class OnlineOptimizerManager:
         input_token_len: int,
         token_ids_len: int,
         timestamp_ns: int,
-        trace_block_size_tokens: int,
     ) -> tuple[InstanceState, list[int], int, int]:
-        """Validate and normalise one query: (state, keys, tokens, now). Changes nothing."""
+        """Validate and normalise one query by the policy's rules 1-8: (state, keys,
+        tokens, time). Changes nothing."""
         state = self._instances.get(instance_id)
         if state is None:
             raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
@@ -392,12 +405,12 @@ class OnlineOptimizerManager:
             raise InvalidArgument(f"input_token_len must not be negative, got {input_token_len}")
         if token_ids_len < 0:
             raise InvalidArgument(f"token_ids_len must not be negative, got {token_ids_len}")
-        if timestamp_ns < 0:
-            raise InvalidArgument(f"timestamp_ns must not be negative, got {timestamp_ns}")
-        if len(block_keys) > self._max_block_keys:
+        policy = self.policy
+        stamp = policy.stamp(timestamp_ns)
+        if len(block_keys) > policy.max_block_keys:
             raise InvalidArgument(
                 f"block_keys has {len(block_keys)} keys, more than max_block_keys "
-                f"{self._max_block_keys}"
+                f"{policy.max_block_keys}"
             )
         try:
             keys, tokens = normalize_request(
@@ -405,28 +418,30 @@ class OnlineOptimizerManager:
                 input_token_len or token_ids_len,
                 state.block_size,
                 state.enable_prefix_hash,
-                trace_block_size_tokens,
+                policy.trace_block_size_tokens,
             )
         except InvalidRequestError as exc:
             raise InvalidArgument(f"instance_id {instance_id!r}: {exc}") from None
-        return state, keys, tokens, timestamp_ns if timestamp_ns > 0 else self._clock_ns()
+        return state, keys, tokens, stamp
 
-    @staticmethod
     def _apply(
-        state: InstanceState, keys: list[int], tokens: int, now: int
+        self, state: InstanceState, keys: list[int], tokens: int, stamp: int
     ) -> tuple[RequestFact, tuple[int, ...], int, int]:
-        """Replay ``keys`` on ``state`` under its lock and add to its counters.
+        """Replay ``keys`` on ``state`` under its lock (its clock advanced by the policy's
+        rule 9) and add to its counters.
 
         Returns (fact, hit blocks per slot, unique blocks, infinite-capacity hit blocks).
         """
+        projection = state.projection
         with state.lock:
-            lite = state.lite_hit
-            fact = lite.process_request(keys, now)
-            unique = lite.current_unique_blocks()
-            hits = tuple(project_curve_slots(fact.hit_curve, state.capacity_blocks))
+            now = state.clock_ns = self.policy.advance(state.instance_id, state.clock_ns, stamp)
+            engine = state.engine
+            fact = engine.process_request(keys, now)
+            unique = engine.current_unique_blocks()
+            hits = tuple(projection.slots(fact, state.capacity_blocks))
             totals = state.total_hits
             totals[:] = map(add, totals, hits)
-            best = project_infinite(fact)
+            best = projection.infinite(fact)
             if state.theoretical_enabled:
                 state.total_max_hits += best
             state.total_queries += 1
@@ -454,10 +469,12 @@ class OnlineOptimizerManager:
         """Give ``instance_id`` a fresh LiteHit and zeroed counters."""
         self._require_instance(instance_id).reset()
 
-    def instance_states(self) -> list[InstanceState]:
-        """The live states, sorted by instance_id (for the metrics collector)."""
+    def instance_infos(self) -> list[InstanceInfo]:
+        """Read-only views of every instance's configuration, sorted by instance_id.
+
+        O(instances log instances)."""
         with self._admin:
-            return [self._instances[k] for k in sorted(self._instances)]
+            return [self._instances[k].info() for k in sorted(self._instances)]
 
     # ------------------------------------------------------------------ helpers
 
@@ -596,9 +613,11 @@ def _build_state(
             f"location_spec_infos sizes of {where} add up to {size_full_linear} bytes per "
             f"block, more than {INT64_MAX} (int64)"
         )
-    capacity_blocks = tuple(capacity_gb_to_blocks(gb, block_bytes) for gb in group.capacity_gb)
+    spec = EngineSpec(model="lru", ttl_ns=group.ttl_seconds * _NS_PER_SECOND)
+    projection = Projection(spec, block_bytes)
+    capacity_blocks = tuple(projection.units(capacity_gb_to_bytes(gb)) for gb in group.capacity_gb)
     stored = replace(reg, location_spec_infos=specs, location_spec_groups=spec_groups)
-    state = InstanceState(stored, group, block_bytes, capacity_blocks)
+    state = InstanceState(stored, group, spec, projection, capacity_blocks)
     return state, RegistrationResult(capacity_blocks, block_bytes, size_full_linear)
 
 

@@ -57,7 +57,7 @@ def format_capacity_label(gb: float) -> str:
 
 
 class InstanceCollector(Collector):
-    """Computes every per-instance family from ``manager.instance_states()`` per scrape.
+    """Computes every per-instance family from ``manager.list_instances()`` per scrape.
 
     Cost per scrape: O(instances * slots) plus each instance's
     ``LiteHit.memory_usage_bytes`` (taken under that instance's lock).
@@ -87,7 +87,7 @@ class InstanceCollector(Collector):
             expired,
             instances,
         ) = fams
-        summaries = [state.summary() for state in self._manager.instance_states()]
+        summaries = self._manager.list_instances()
         for s in summaries:
             lv = [s.instance_group, s.instance_id]
             bs = s.debug_info.block_size
@@ -226,7 +226,7 @@ class LatencyHistogram(Collector):
         family = HistogramMetricFamily(
             self.name, "Time to handle one TraceQuery, per query (seconds).", labels=self.labels
         )
-        groups = {s.instance_id: s.instance_group for s in self._manager.instance_states()}
+        groups = {i.instance_id: i.instance_group for i in self._manager.instance_infos()}
         groups[""] = ""
         with self._lock:
             for key in [k for k in self._counts if k[1] not in groups]:

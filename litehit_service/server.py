@@ -31,6 +31,7 @@ from litehit_service.errors import InstanceNotExist
 from litehit_service.manager import OnlineOptimizerManager, validated_group
 from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import InstanceGroup, InstanceRegistration
+from litehit_service.policy import DEFAULT_MAX_BLOCK_KEYS, QueryPolicy
 from litehit_service.registry import Registry
 from litehit_service.servicer import OptimizerServicer
 
@@ -53,7 +54,6 @@ MUTATING_METHODS: frozenset[str] = frozenset(
 """RPC paths that need the admin token when one is configured (reads and queries stay open)."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_BLOCK_KEYS = 1_000_000
 DEFAULT_MAX_WORKERS = 64
 DEFAULT_GRACE_SECONDS = 10.0
 REGISTRY_FILE = "litehit.sqlite3"
@@ -224,8 +224,8 @@ def apply_groups(
     scratch = OnlineOptimizerManager(None)
     for group in manager.list_groups():
         scratch.create_group(group)
-    for state in manager.instance_states():
-        scratch.register_instance(state.registration)
+    for info in manager.instance_infos():
+        scratch.register_instance(info.registration)
     _apply_groups(scratch, groups, registrations)
     return _apply_groups(manager, groups, registrations)
 
@@ -247,7 +247,7 @@ def _apply_groups(
         if current == validated_group(group):
             continue
         members = [
-            s.registration for s in manager.instance_states() if s.instance_group == group.name
+            i.registration for i in manager.instance_infos() if i.instance_group == group.name
         ]
         for reg in members:
             manager.remove_instance(reg.instance_id)
@@ -316,7 +316,9 @@ def serve(
     metrics_server = None
     built: BuiltServer | None = None
     try:
-        manager = OnlineOptimizerManager(registry, max_block_keys=config.max_block_keys)
+        manager = OnlineOptimizerManager(
+            registry, QueryPolicy.online(max_block_keys=config.max_block_keys)
+        )
         manager.restore()
         if config.groups_file:
             groups, regs = load_groups_file(config.groups_file)

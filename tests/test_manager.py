@@ -32,6 +32,7 @@ from litehit_service.model import (
     TheoreticalResult,
     TraceQueryResult,
 )
+from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
 
 GIB = 1024**3
@@ -74,7 +75,7 @@ def hits(result) -> list[int]:
 
 def snapshot(m: OnlineOptimizerManager) -> tuple:
     """Everything observable about a manager's configuration and counters."""
-    regs = [m.get_instance(s.instance_id) for s in m.instance_states()]
+    regs = [m.get_instance(i.instance_id) for i in m.instance_infos()]
     return (m.list_groups(), regs, m.list_instances())
 
 
@@ -411,7 +412,7 @@ def test_failed_reregistration_keeps_previous_registration_and_state() -> None:
     m.trace_query("i1", [A, B, C], 12)
     m.trace_query("i1", [A, B, C], 12)
     before = snapshot(m)
-    state = m.instance_states()[0]
+    info = m.instance_infos()[0]
     with pytest.raises(InvalidArgument):
         m.register_instance(make_reg(block_size=0))
     with pytest.raises(Unsupported):
@@ -419,7 +420,7 @@ def test_failed_reregistration_keeps_previous_registration_and_state() -> None:
     with pytest.raises(InstanceNotExist):
         m.register_instance(make_reg(group="missing"))
     assert snapshot(m) == before
-    assert m.instance_states()[0] is state
+    assert m.instance_infos()[0] == info
     # the LRU state survived too: the same request still hits fully
     assert hits(m.trace_query("i1", [A, B, C], 12)) == [2, 3]
 
@@ -457,7 +458,7 @@ def test_remove_instance_drops_it() -> None:
     m.register_instance(make_reg("i2"))
     m.trace_query("i1", [A], 4)
     m.remove_instance("i1")
-    assert [s.instance_id for s in m.instance_states()] == ["i2"]
+    assert [s.instance_id for s in m.instance_infos()] == ["i2"]
     assert [s.instance_id for s in m.list_instances()] == ["i2"]
     with pytest.raises(InstanceNotExist):
         m.get_instance("i1")
@@ -503,8 +504,7 @@ def test_worked_example_summary() -> None:
     m = new_manager()
     for keys, tokens in WORKED:
         m.trace_query("i1", keys, tokens)
-    state = m.instance_states()[0]
-    memory = state.lite_hit.memory_usage_bytes()
+    memory = m.list_instances()[0].debug_info.memory_usage_bytes
     assert memory > 0
     assert m.list_instances() == [
         InstanceSummary(
@@ -558,7 +558,11 @@ def test_tail_tokens_count_in_denominator_only() -> None:
 
 
 def test_ttl_expiry_with_request_timestamps() -> None:
-    m = OnlineOptimizerManager(clock_ns=lambda: pytest.fail("clock must not be used"))
+    m = OnlineOptimizerManager(
+        policy=QueryPolicy(
+            clock_ns=lambda: pytest.fail("clock must not be used"), max_clock_skew_ns=None
+        )
+    )
     m.create_group(make_group(ttl_seconds=10, capacity_gb=(1.0,)))
     m.register_instance(make_reg())
     s = 1_000_000_000
@@ -575,7 +579,7 @@ def test_ttl_expiry_with_request_timestamps() -> None:
 
 def test_ttl_uses_clock_when_timestamp_is_zero() -> None:
     now = [1000 * 1_000_000_000]
-    m = OnlineOptimizerManager(clock_ns=lambda: now[0])
+    m = OnlineOptimizerManager(policy=QueryPolicy(clock_ns=lambda: now[0]))
     m.create_group(make_group(ttl_seconds=10, capacity_gb=(1.0,)))
     m.register_instance(make_reg())
     assert hits(m.trace_query("i1", [A, B], 8)) == [0]
@@ -627,12 +631,27 @@ def test_prefix_hash_chains_keys() -> None:
 
 
 def test_trace_block_size_reblocks_to_instance_block_size() -> None:
-    m = new_manager()
-    r = m.trace_query("i1", [10, 11, 12, 13, 14], 11, trace_block_size_tokens=2)
+    fine = new_manager(policy=QueryPolicy.offline(trace_block_size_tokens=2))
+    r = fine.trace_query("i1", [10, 11, 12, 13, 14], 11)
     assert (r.total_blocks, r.input_token_len) == (2, 11)
     # the coarse keys are every second fine key: 11 and 13
-    r = m.trace_query("i1", [11, 13], 8)
-    assert hits(r) == [2, 2]
+    r = fine.trace_query("i1", [11, 13, 15, 17], 8)
+    assert (r.total_blocks, hits(r)) == (2, [1, 1])  # 4 fine keys: coarse keys 13, 17
+    coarse = new_manager()
+    coarse.trace_query("i1", [11, 13], 8)
+    assert hits(coarse.trace_query("i1", [11, 13], 8)) == [2, 2]
+
+
+def test_trace_block_size_must_divide_the_instance_block_size() -> None:
+    m = new_manager(policy=QueryPolicy.offline(trace_block_size_tokens=3))
+    with pytest.raises(InvalidArgument) as info:
+        m.trace_query("i1", [A, B, C, D], 0)
+    assert str(info.value) == (
+        "instance_id 'i1': block_size_tokens 4 must be a multiple of "
+        "trace_block_size_tokens 3 (re-blocking only coarsens)"
+    )
+    with pytest.raises(ValueError, match="trace_block_size_tokens must be >= 0, got -2"):
+        QueryPolicy.offline(trace_block_size_tokens=-2)
 
 
 @pytest.mark.parametrize(
@@ -645,15 +664,6 @@ def test_trace_block_size_reblocks_to_instance_block_size() -> None:
             {"input_token_len": 16},
             "instance_id 'i1': len(block_keys) is 3 but input_token_len 16 // block size 4 is 4 "
             "(complete blocks only)",
-        ),
-        (
-            {"input_token_len": 0, "trace_block_size_tokens": 3},
-            "instance_id 'i1': block_size_tokens 4 must be a multiple of "
-            "trace_block_size_tokens 3 (re-blocking only coarsens)",
-        ),
-        (
-            {"input_token_len": 0, "trace_block_size_tokens": -2},
-            "instance_id 'i1': trace_block_size_tokens must not be negative, got -2",
         ),
     ],
 )
@@ -670,16 +680,16 @@ def test_bad_query_changes_nothing(kwargs: dict, message: str) -> None:
 
 
 def test_max_block_keys() -> None:
-    m = new_manager(max_block_keys=3)
+    m = new_manager(policy=QueryPolicy(max_block_keys=3))
     m.trace_query("i1", [A, B, C])
     before = snapshot(m)
     with pytest.raises(InvalidArgument) as info:
         m.trace_query("i1", [A, B, C, D])
     assert str(info.value) == "block_keys has 4 keys, more than max_block_keys 3"
     assert snapshot(m) == before
-    assert m.max_block_keys == 3
+    assert m.policy.max_block_keys == 3
     with pytest.raises(ValueError, match="max_block_keys must be > 0, got 0"):
-        OnlineOptimizerManager(max_block_keys=0)
+        QueryPolicy(max_block_keys=0)
 
 
 def test_unknown_instance_query() -> None:
@@ -714,7 +724,7 @@ def test_list_instances_filter_and_order() -> None:
     assert [s.instance_id for s in m.list_instances()] == ["a", "b", "c", "i1"]
     assert [s.instance_id for s in m.list_instances("h")] == ["b", "c"]
     assert [s.instance_id for s in m.list_instances("g")] == ["a", "i1"]
-    assert [s.instance_id for s in m.instance_states()] == ["a", "b", "c", "i1"]
+    assert [s.instance_id for s in m.instance_infos()] == ["a", "b", "c", "i1"]
     with pytest.raises(InstanceNotExist) as info:
         m.list_instances("nope")
     assert str(info.value) == "instance group 'nope' does not exist"
@@ -851,7 +861,7 @@ def test_restore_rejects_invalid_stored_entries(tmp_path) -> None:
         "of instance group 'bad' is not supported: every instance is simulated with its own "
         "capacity"
     )
-    assert fresh.list_groups() == [] and fresh.instance_states() == []
+    assert fresh.list_groups() == [] and fresh.instance_infos() == []
     reg.delete_group("bad")
     reg.save_instance(make_reg("orphan", "missing"))
     with pytest.raises(RegistryIOError) as info:
@@ -860,7 +870,7 @@ def test_restore_rejects_invalid_stored_entries(tmp_path) -> None:
     assert fresh.list_groups() == []
     reg.delete_instance("orphan")
     fresh.restore()
-    assert [s.instance_id for s in fresh.instance_states()] == ["i1"]
+    assert [s.instance_id for s in fresh.instance_infos()] == ["i1"]
     reg.close()
 
 
@@ -890,14 +900,14 @@ def test_registry_write_failure_leaves_memory_unchanged_closed(tmp_path) -> None
     m.register_instance(make_reg())
     m.trace_query("i1", [A, B], 8)
     before = snapshot(m)
-    state = m.instance_states()[0]
+    info = m.instance_infos()[0]
     stored = reg.load()
     reg.close()
     for call in _every_admin_call(m):
         with pytest.raises(RegistryIOError, match="registry is closed"):
             call()
         assert snapshot(m) == before
-        assert m.instance_states()[0] is state
+        assert m.instance_infos()[0] == info
     reopened = Registry(tmp_path / "r.sqlite3")
     assert reopened.load() == stored
     reopened.close()

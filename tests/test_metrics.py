@@ -85,7 +85,7 @@ def test_values_after_worked_example() -> None:
     for keys, tokens in WORKED:
         manager.trace_query("i1", keys, tokens)
     values = samples(metrics)
-    memory = manager.instance_states()[0].lite_hit.memory_usage_bytes()
+    memory = manager.list_instances()[0].debug_info.memory_usage_bytes
     assert values[("litehit_memory_bytes", lab())] == memory > 0
     assert values[("litehit_instances", ())] == 1
     assert per_instance(values) == {

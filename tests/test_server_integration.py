@@ -39,6 +39,7 @@ from litehit_service.model import (
     LocationSpec,
     LocationSpecGroup,
 )
+from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
 from litehit_service.server import apply_groups, create_server
 
@@ -68,7 +69,9 @@ class Live:
     def __init__(self, tmp_path: Path, **server_kwargs) -> None:
         max_block_keys = server_kwargs.pop("max_block_keys", 1_000_000)
         self.registry = Registry(tmp_path / "litehit.sqlite3")
-        self.manager = OnlineOptimizerManager(self.registry, max_block_keys=max_block_keys)
+        self.manager = OnlineOptimizerManager(
+            self.registry, QueryPolicy(max_block_keys=max_block_keys)
+        )
         self.metrics = ServiceMetrics(self.manager)
         self.server, self.port = create_server(
             self.manager, self.metrics, "127.0.0.1:0", **server_kwargs

@@ -21,6 +21,7 @@ from litehit_service.errors import (
 )
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.metrics import ServiceMetrics
+from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
 from litehit_service.servicer import OptimizerServicer
 
@@ -113,7 +114,9 @@ def code_of(response) -> int:
 
 @pytest.fixture
 def h() -> Harness:
-    return Harness(OnlineOptimizerManager(Registry.in_memory(), clock_ns=lambda: CLOCK_NS))
+    return Harness(
+        OnlineOptimizerManager(Registry.in_memory(), QueryPolicy(clock_ns=lambda: CLOCK_NS))
+    )
 
 
 @pytest.fixture
@@ -418,7 +421,9 @@ def test_trace_query_errors_change_nothing(example: Harness):
 
 
 def test_max_block_keys_limit():
-    h = Harness(OnlineOptimizerManager(max_block_keys=4, clock_ns=lambda: CLOCK_NS))
+    h = Harness(
+        OnlineOptimizerManager(policy=QueryPolicy(max_block_keys=4, clock_ns=lambda: CLOCK_NS))
+    )
     h.create_group(name="g", eviction_policy=LRU, capacity_gb=[1.0])
     h.register()
     assert h.query([1, 2, 3, 4], 16).header.status.code == pb2.OK

@@ -4,13 +4,14 @@
 as ``litehit serve`` (in process: no network, no registry), so offline facts and online
 answers cannot disagree. For every trace event, in input order:
 
-- timestamps must not go backwards (any event type, writes included);
 - ``write`` events are skipped (a get already writes its blocks back);
 - routing: to ``override_instance_id`` if set, else to every instance in config order if
   ``fanout_all_instances``, else to the event's ``instance_id`` (which must be configured);
-- ``manager.trace_query(instance, keys, input_token_len, timestamp_ns=trace timestamp,
-  trace_block_size_tokens=config.block_size)`` replays the request with the trace
-  timestamp as "now" (TTL is deterministic) and re-blocks to the instance's block size;
+- ``manager.record_query(instance, keys, input_token_len, timestamp_ns=trace timestamp)``
+  replays the request under :meth:`QueryPolicy.offline` (the same rules as online queries,
+  with the differences that policy names: the trace timestamp is "now", so TTL is
+  deterministic; an instance's timestamps must not go backwards; keys are coarsened from
+  the config's ``block_size`` to the instance's; no key limit);
 - one facts row per (request, instance), in input order, goes to
   ``<output_result_path>/litehit_facts.csv`` (written as ``.tmp``, renamed at the end).
 
@@ -35,14 +36,14 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from litehit_core import FACTS_FILENAME, FactsWriter, LocatedError, csv_field, format_hit_curve
+from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
@@ -54,6 +55,7 @@ from litehit_service.offline.traces import (
     parse_standard_line,
     read_lmcache,
 )
+from litehit_service.policy import QueryPolicy
 
 __all__ = ["BATCH_LINES", "ReplaySummary", "run_replay"]
 
@@ -67,7 +69,8 @@ _INLINE_BATCH = 4096
 _Event = Sequence[Any]
 # (events, error raised after them or None, characters read for the progress bar)
 _Batch = tuple[list[_Event], "LocatedError | None", int]
-_Lane = tuple[str, str, str]
+_Lane = tuple[str, Callable[[str, int, int, Sequence[tuple[int, int]]], str]]
+"""A routing target: the instance id and its ledger line formatter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +116,6 @@ class ReplaySummary:
 
 def _gb(value: float) -> str:
     return f"{value:g}"
-
-
-def _no_clock() -> int:
-    # The manager reads the clock only for timestamp 0; the replay's "now" is then 0 too.
-    return 0
 
 
 # --------------------------------------------------------------------------- parsing
@@ -245,12 +243,6 @@ def _lmcache_batches(path: str, config: ReplayConfig) -> Iterator[_Batch]:
 # --------------------------------------------------------------------------- replay
 
 
-def _lane(instance_id: str, block_size: int, block_bytes: int) -> _Lane:
-    """A routing target: (instance_id, text between trace_id and timestamp_ns, text between
-    input_token_len and the quoted curve)."""
-    return (instance_id, f",{csv_field(instance_id)},", f',{block_size},{block_bytes},"')
-
-
 def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplaySummary:
     """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
 
@@ -263,7 +255,7 @@ def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplayS
     check_config(config)
     if progress is None:
         progress = sys.stderr.isatty()
-    manager = OnlineOptimizerManager(clock_ns=_no_clock, max_block_keys=sys.maxsize)
+    manager = OnlineOptimizerManager(policy=QueryPolicy.offline(config.block_size))
     for i, group in enumerate(config.instance_groups):
         try:
             manager.create_group(group)
@@ -275,7 +267,10 @@ def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplayS
             result = manager.register_instance(reg)
         except OptimizerError as exc:
             raise config.error(f"instances[{i}]", str(exc)) from None
-        lanes[reg.instance_id] = _lane(reg.instance_id, reg.block_size, result.size_full_only)
+        lanes[reg.instance_id] = (
+            reg.instance_id,
+            FactLineFormat(reg.instance_id, reg.block_size, result.size_full_only).line,
+        )
 
     path = config.trace_file_path
     fmt = config.trace_format
@@ -360,16 +355,12 @@ def _drive(
 ) -> tuple[int, int]:
     """The hot loop: route, query, format and write every event. Returns (requests, writes).
 
-    Per request: one timestamp compare, one route lookup, one ``trace_query`` per routed
-    instance and one f-string row (byte-identical to :func:`litehit_core.format_fact_row`).
+    Per request: one route lookup, one ``record_query`` per routed instance and one line
+    from the lane's :class:`~litehit_core.FactLineFormat`.
     """
     record = manager.record_query
-    format_curve = format_hit_curve
-    trace_bs = config.block_size
     routes = {iid: (lane,) for iid, lane in lanes.items()}
     get_route = routes.get
-    last_ts = -1
-    last_line = 0
     events_seen = 0
     writes = 0
     rows: list[str] = []
@@ -377,15 +368,6 @@ def _drive(
     for events, error, size in batches:
         events_seen += len(events)
         for line_no, kind, iid, tid, ts, keys, input_len in events:
-            if ts < last_ts:
-                raise LocatedError(
-                    path,
-                    line_no,
-                    f"timestamp_ns {ts} goes backwards (line {last_line} has {last_ts}); "
-                    "events must be in time order",
-                )
-            last_ts = ts
-            last_line = line_no
             if kind == "write":
                 writes += 1
                 continue
@@ -397,14 +379,12 @@ def _drive(
                     f"instance_id {iid!r} is not a configured instance {sorted(lanes)}; "
                     "set override_instance_id or fanout_all_instances to route every request",
                 )
-            if not tid.isalnum():  # letters/digits never need CSV quoting
-                tid = csv_field(tid)
-            for lane_id, head, tail in targets:
+            for lane_id, line in targets:
                 try:
-                    fact, tokens = record(lane_id, keys, input_len, ts, trace_bs)
+                    fact, tokens = record(lane_id, keys, input_len, ts)
                 except OptimizerError as exc:
                     raise LocatedError(path, line_no, str(exc)) from None
-                append(f'{tid}{head}{ts},{tokens}{tail}{format_curve(fact.hit_curve)}"\n')
+                append(line(tid, ts, tokens, fact.hit_curve))
         writer.write_lines(rows)
         rows.clear()
         if bar is not None:

@@ -1,0 +1,103 @@
+"""The engine seam: every replay model behind one small protocol.
+
+An *engine* replays one instance's requests and returns, per request, a capacity-free
+fact; it never sees a capacity (rule 1). Everything that holds an engine (the manager, the
+offline replay, snapshots, queries) builds it with :func:`create_engine` from an
+:class:`EngineSpec` and projects its facts through the :class:`~litehit_core.projector.Projection`
+the same spec describes (rule 2), so none of them knows which model it holds.
+
+Adding a model means: an engine class implementing :class:`ReplayEngine`, one entry in
+:data:`MODELS` (its name, the shape of its facts and the capacity unit they are in), and
+the spec fields it needs. The full-attention LRU (:class:`~litehit_core.lite_hit.LiteHit`,
+model ``"lru"``) is the first implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from litehit_core.errors import InvalidRequestError
+from litehit_core.lite_hit import LiteHit
+from litehit_core.model import RequestFact
+
+__all__ = ["MODELS", "EngineModel", "EngineSpec", "ReplayEngine", "create_engine"]
+
+
+@runtime_checkable
+class ReplayEngine(Protocol):
+    """What every replay model offers (see the module docstring).
+
+    ``expired_blocks`` counts blocks whose TTL lapsed while tracked (cumulative).
+    """
+
+    expired_blocks: int
+
+    def process_request(self, block_keys: Sequence[int], now_ns: int = 0) -> RequestFact:
+        """Replay one request (normalised keys, head first) at ``now_ns``; its fact."""
+        ...
+
+    def current_unique_blocks(self) -> int:
+        """Distinct blocks tracked now (what an unbounded cache would hold). O(1)."""
+        ...
+
+    def memory_usage_bytes(self) -> int:
+        """Estimated bytes this engine holds. O(1)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every block and counter (a cold cache)."""
+        ...
+
+    def _check(self) -> None:
+        """Verify every internal invariant from scratch (tests call this)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineModel:
+    """A replay model's static description.
+
+    ``curve``: the shape of its facts' hit curves, ``"ramps"``
+    (:class:`~litehit_core.model.HitCurveSegment`: the k-th block of a segment hits from
+    ``start + k``). ``unit``: the capacity unit its thresholds are in, ``"blocks"``.
+    """
+
+    name: str
+    curve: str
+    unit: str
+    engine: type
+
+
+MODELS: dict[str, EngineModel] = {
+    "lru": EngineModel("lru", curve="ramps", unit="blocks", engine=LiteHit),
+}
+"""Every model LiteHit replays, by name."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """Which model an instance replays, with its parameters.
+
+    ``model``: a name of :data:`MODELS`; ``ttl_ns``: block lifetime in ns (0 = none).
+    """
+
+    model: str = "lru"
+    ttl_ns: int = 0
+
+    @property
+    def description(self) -> EngineModel:
+        """The :class:`EngineModel` of :attr:`model`; InvalidRequestError if unknown."""
+        model = MODELS.get(self.model)
+        if model is None:
+            raise InvalidRequestError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        return model
+
+
+def create_engine(spec: EngineSpec) -> ReplayEngine:
+    """A fresh engine for ``spec``. O(1)."""
+    description = spec.description
+    if spec.ttl_ns < 0:
+        raise InvalidRequestError(f"ttl_ns must not be negative, got {spec.ttl_ns}")
+    return description.engine(ttl_ns=spec.ttl_ns)
