@@ -133,13 +133,13 @@ def main() -> int:
         )
 
         def queries() -> None:
-            m = OnlineOptimizerManager(policy=QueryPolicy.offline())
+            m = OnlineOptimizerManager(policy=QueryPolicy.offline(BLOCK_TOKENS))
             for g in config.instance_groups:
                 m.create_group(g)
             m.register_instance(config.instances[0])
             record = m.record_query
             for e in events:
-                record("mooncake", e[5], e[6], e[4], BLOCK_TOKENS)
+                record("mooncake", e[5], e[6], e[4])
 
         def lite() -> None:
             process = LiteHit().process_request

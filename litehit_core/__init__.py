@@ -5,6 +5,7 @@ bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
 """
 
 from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
+from litehit_core.engine import MODELS, EngineModel, EngineSpec, ReplayEngine, create_engine
 from litehit_core.errors import InvalidRequestError, LocatedError
 from litehit_core.facts import (
     FACTS_FILENAME,
@@ -23,6 +24,7 @@ from litehit_core.normalize import normalize_request
 from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
 from litehit_core.projector import (
     MAX_CAPACITY_GB,
+    Projection,
     bytes_to_blocks,
     capacity_gb_to_blocks,
     capacity_gb_to_bytes,
@@ -37,6 +39,12 @@ from litehit_core.projector import (
 from litehit_core.query import FactsQuery, QueryChunk, query_facts
 
 __all__ = [
+    "MODELS",
+    "EngineModel",
+    "EngineSpec",
+    "Projection",
+    "ReplayEngine",
+    "create_engine",
     "FACTS_FILENAME",
     "FACTS_HEADER",
     "MAX_CAPACITY_GB",

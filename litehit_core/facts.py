@@ -26,7 +26,6 @@ FACTS_HEADER = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
 )
 FACTS_FILENAME = "litehit_facts.csv"
-_new = tuple.__new__
 
 
 class FactRow(NamedTuple):
@@ -212,7 +211,7 @@ def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
             raise ValueError(
                 f"hit_curve thresholds must increase: start {start} after threshold {last_end}"
             )
-        out.append(_new(HitCurveSegment, (start, run)))
+        out.append(HitCurveSegment(start, run))
         last_end = start + run - 1
     return tuple(out)
 
@@ -271,4 +270,12 @@ def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
                 reason = _id_error(rec)
                 if reason is not None:
                     raise LocatedError(name, reader.line_num, reason)
-            yield _new(FactRow, (rec[0], rec[1], ts, tokens, bs, bb, curve))
+            yield FactRow(
+                trace_id=rec[0],
+                instance_id=rec[1],
+                timestamp_ns=ts,
+                input_token_len=tokens,
+                block_size_tokens=bs,
+                block_bytes=bb,
+                hit_curve=curve,
+            )

@@ -268,9 +268,9 @@ class LiteHit:
                 self._ep_pos.append(t - n)
                 ep_time.append(now_ns)
             if t > 3 * self.current_unique_blocks() + _SLACK:
-                self._compact(0)
+                self._compact()
         elif t > 3 * (t - dead) + _SLACK:
-            self._compact(0)
+            self._compact()
         return _new_segment(RequestFact, (tuple(segments), n))
 
     def _kill_scattered(self, olds: list[int | None], m: int, pexp: int) -> int:
@@ -319,7 +319,7 @@ class LiteHit:
         """Extend the position space (no renumbering): amortised O(1) per position."""
         self._alloc(2 * (self._next + incoming) + _SLACK, keep=True)
 
-    def _compact(self, incoming: int) -> None:
+    def _compact(self) -> None:
         """Renumber surviving markers to 0..L-1 (order kept); drop expired keys. O(L log L)."""
         pos = self._pos
         pexp = self._pexp
@@ -348,7 +348,7 @@ class LiteHit:
         self._dead = 0
         self._pexp = 0
         self._dead_below = 0
-        self._alloc(2 * (n_live + incoming) + _SLACK)
+        self._alloc(2 * n_live + _SLACK)
 
     # ------------------------------------------------------------- invariants
     def _check(self) -> None:

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from litehit_core.model import InvalidRequestError, NormalizedRequest
 from litehit_core.prefix_hash import apply_prefix_hash
 
-_new = tuple.__new__
-
 
 def normalize_request(
     block_keys: Sequence[int],
@@ -59,4 +57,4 @@ def normalize_request(
     k = block_size_tokens // trace_bs
     if k > 1:
         keys = keys[k - 1 :: k]
-    return _new(NormalizedRequest, (keys, input_token_len))
+    return NormalizedRequest(block_keys=keys, input_token_len=input_token_len)

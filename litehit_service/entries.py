@@ -28,7 +28,15 @@ from litehit_service.model import (
     LocationSpecGroup,
 )
 
-__all__ = ["Fields", "group_from_dict", "join_field", "load_groups_file", "registration_from_dict"]
+__all__ = [
+    "Fields",
+    "group_from_dict",
+    "join_field",
+    "load_groups_file",
+    "parse_json",
+    "read_text",
+    "registration_from_dict",
+]
 
 _POLICIES = {
     "lru": "lru",
@@ -246,6 +254,28 @@ def registration_from_dict(d: Any, where: str = "instance") -> InstanceRegistrat
 _GROUPS_FILE_KEYS = ("instance_groups", "instances")
 
 
+def read_text(path: str, what: str) -> str:
+    """The UTF-8 text of ``path`` (a BOM skipped); LocatedError at line 0 naming ``what``
+    when it cannot be read. O(file size)."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise LocatedError(path, 0, f"cannot read the {what}: {reason}") from None
+
+
+def parse_json(path: str, text: str) -> Any:
+    """``text`` (from ``path``) as JSON; LocatedError with the parser's line. O(len)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LocatedError(
+            path, exc.lineno, f"invalid JSON: {exc.msg} at column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise LocatedError(path, 0, "invalid JSON: nested too deeply") from None
+
+
 def load_groups_file(
     path: str | os.PathLike[str],
 ) -> tuple[list[InstanceGroup], list[InstanceRegistration]]:
@@ -257,21 +287,12 @@ def load_groups_file(
     it (syntax errors; 0 otherwise), the entry's field and the value. O(file size).
     """
     name = os.fspath(path)
-    p = Path(name)
+    text = read_text(name, "groups file")
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise LocatedError(name, 0, f"cannot read the groups file: {reason}") from None
-    try:
-        if p.suffix.lower() == ".json":
-            data: Any = json.loads(text)
+        if name.lower().endswith(".json"):
+            data: Any = parse_json(name, text)
         else:
             data = yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise LocatedError(
-            name, exc.lineno, f"invalid JSON: {exc.msg} at column {exc.colno}"
-        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 0

@@ -113,7 +113,7 @@ class BuiltServer:
     health: health.HealthServicer
 
 
-def build_server(
+def create_server(
     manager: OnlineOptimizerManager,
     metrics: ServiceMetrics | None,
     listen: str = "127.0.0.1:0",
@@ -124,7 +124,16 @@ def build_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int = DEFAULT_MAX_WORKERS,
 ) -> BuiltServer:
-    """Like :func:`create_server` but also returns the health servicer (to flip on shutdown)."""
+    """A bound, not yet started server serving ``manager``; returns it with the bound port and
+    the health servicer (flipped to NOT_SERVING on shutdown).
+
+    Registers OptimizerService, gRPC health (``""`` and the service name SERVING) and server
+    reflection. ``listen`` is ``HOST:PORT`` (port 0 = ephemeral). With ``admin_token``,
+    mutating RPCs need metadata ``authorization: Bearer <token>``. ``tls_cert``/``tls_key``
+    (PEM files, both or neither) enable TLS. ``max_message_bytes`` bounds every message in
+    both directions (larger ones fail with RESOURCE_EXHAUSTED). Raises OSError when the
+    address cannot be bound.
+    """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be > 0, got {max_message_bytes}")
     if max_workers <= 0:
@@ -167,39 +176,6 @@ def build_server(
     if bound == 0:
         raise OSError(f"cannot listen on {address}")
     return BuiltServer(server, bound, health_servicer)
-
-
-def create_server(
-    manager: OnlineOptimizerManager,
-    metrics: ServiceMetrics | None,
-    listen: str = "127.0.0.1:0",
-    *,
-    admin_token: str | None = None,
-    tls_cert: str | os.PathLike[str] | None = None,
-    tls_key: str | os.PathLike[str] | None = None,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    max_workers: int = DEFAULT_MAX_WORKERS,
-) -> tuple[grpc.Server, int]:
-    """A bound, not yet started server serving ``manager``; returns it and the bound port.
-
-    Registers OptimizerService, gRPC health (``""`` and the service name SERVING) and server
-    reflection. ``listen`` is ``HOST:PORT`` (port 0 = ephemeral). With ``admin_token``,
-    mutating RPCs need metadata ``authorization: Bearer <token>``. ``tls_cert``/``tls_key``
-    (PEM files, both or neither) enable TLS. ``max_message_bytes`` bounds every message in
-    both directions (larger ones fail with RESOURCE_EXHAUSTED). Raises OSError when the
-    address cannot be bound.
-    """
-    built = build_server(
-        manager,
-        metrics,
-        listen,
-        admin_token=admin_token,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        max_message_bytes=max_message_bytes,
-        max_workers=max_workers,
-    )
-    return built.server, built.port
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +301,7 @@ def serve(
             for action in apply_groups(manager, groups, regs):
                 log.info("groups file: %s", action)
         metrics = ServiceMetrics(manager)
-        built = build_server(
+        built = create_server(
             manager,
             metrics,
             config.listen,

@@ -253,11 +253,6 @@ def trace_error_fields(trace_id: str, code: int, message: str) -> dict[str, Any]
     return {"header": {"status": {"code": code, "message": message}, "request_id": trace_id}}
 
 
-def trace_result_to_pb(result: TraceQueryResult, trace_id: str) -> pb2.TraceQueryResponse:
-    """Domain query result -> successful TraceQuery response. O(capacity slots)."""
-    return pb2.TraceQueryResponse(**trace_result_fields(result, trace_id))
-
-
 # --------------------------------------------------------------------------------------------
 # Statistics
 # --------------------------------------------------------------------------------------------

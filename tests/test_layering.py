@@ -26,6 +26,8 @@ EXPECTED_MODULES = {
     "facts.py",
     "accumulator.py",
     "query.py",
+    "errors.py",
+    "engine.py",
 }
 
 # the public contract other packages code against (see the preamble / issue 2)
@@ -50,6 +52,8 @@ CONTRACT_NAMES = [
     "read_facts",
     "query_facts",
     "HitCurveAccumulator",
+    "LocatedError",
+    "FactLineFormat",
 ]
 
 

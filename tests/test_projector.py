@@ -293,3 +293,33 @@ def test_project_curve_slots_equals_per_capacity_projection(pairs, capacities):
         curve.append(HitCurveSegment(last + gap, run))
         last = last + gap + run - 1
     assert project_curve_slots(curve, capacities) == [project_curve(curve, c) for c in capacities]
+
+
+def _naive_hits(curve: list[HitCurveSegment], capacity: int) -> int:
+    """Block k of segment (s, r) hits exactly when capacity >= s + k (the definition)."""
+    return sum(1 for s, r in curve for k in range(r) if capacity >= s + k)
+
+
+@pytest.mark.parametrize("segments", [0, 1, 2, 3])
+def test_every_small_curve_at_every_capacity_matches_the_definition(segments: int) -> None:
+    """Exhaustive over small curves of 0-3 segments, at every capacity from 0 to past the
+    end: every boundary of every segment (first block, last block, one either side) is
+    checked in the fast paths (0, 1, 2 segments) and the general path."""
+    from itertools import product
+
+    from litehit_core import project_curve, project_curve_slots
+
+    shapes = product(product(range(1, 4), range(1, 4)), repeat=segments)
+    checked = 0
+    for shape in shapes:
+        curve, last = [], 0
+        for gap, run in shape:
+            curve.append(HitCurveSegment(last + gap, run))
+            last = last + gap + run - 1
+        capacities = list(range(last + 3))
+        expected = [_naive_hits(curve, c) for c in capacities]
+        assert [project_curve(curve, c) for c in capacities] == expected, curve
+        assert project_curve_slots(curve, capacities) == expected, curve
+        assert project_curve_slots(curve, capacities[::-1]) == expected[::-1], curve
+        checked += 1
+    assert checked == 9**segments

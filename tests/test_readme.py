@@ -22,7 +22,8 @@ SERVICE = "kv_cache_manager.proto.optimizer.OptimizerService"
 @pytest.fixture
 def server():
     manager = OnlineOptimizerManager()
-    srv, port = create_server(manager, ServiceMetrics(manager), "127.0.0.1:0")
+    built = create_server(manager, ServiceMetrics(manager), "127.0.0.1:0")
+    srv, port = built.server, built.port
     srv.start()
     try:
         yield f"127.0.0.1:{port}"

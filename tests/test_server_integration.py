@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -42,10 +43,11 @@ from litehit_service.model import (
 from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
 from litehit_service.server import apply_groups, create_server
+from litehit_service.servicer import OptimizerServicer
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
-CAP2, CAP3 = 2048 / GIB, 3072 / GIB
+CAP1, CAP2 = 1024 / GIB, 2048 / GIB  # 1 and 2 blocks of 1024 bytes: different hits
 LRU = pb2.OPTIMIZER_EVICTION_POLICY_LRU
 WORKED_EXAMPLE = [([1, 2, 3], 13), ([1, 2, 4], 12), ([1, 2, 3], 13), ([1, 5], 8), ([1, 5], 8)]
 MUTATING = (
@@ -57,7 +59,7 @@ MUTATING = (
     "ResetStats",
 )
 
-EXAMPLE_GROUP = InstanceGroup("g", (CAP2, CAP3), enable_theoretical_max_cache=True)
+EXAMPLE_GROUP = InstanceGroup("g", (CAP1, CAP2), enable_theoretical_max_cache=True)
 EXAMPLE_REG = InstanceRegistration(
     "inst", "g", 4, (LocationSpec("kv", 1024),), (LocationSpecGroup("full", ("kv",)),)
 )
@@ -73,9 +75,8 @@ class Live:
             self.registry, QueryPolicy(max_block_keys=max_block_keys)
         )
         self.metrics = ServiceMetrics(self.manager)
-        self.server, self.port = create_server(
-            self.manager, self.metrics, "127.0.0.1:0", **server_kwargs
-        )
+        built = create_server(self.manager, self.metrics, "127.0.0.1:0", **server_kwargs)
+        self.server, self.port = built.server, built.port
         self.server.start()
         self.target = f"127.0.0.1:{self.port}"
 
@@ -134,13 +135,13 @@ def test_every_rpc_over_a_socket(client: OptimizerClient):
         assert r.header.status.code == pb2.OK and r.header.request_id == "tq"
         hits.append([c.cache_hit_count for c in r.capacity_results])
         theoretical.append(r.theoretical_result.max_hit_count)
-    assert hits == [[0, 0], [2, 2], [2, 2], [1, 1], [2, 2]]
+    assert hits == [[0, 0], [1, 2], [1, 2], [1, 1], [1, 2]]
     assert theoretical == [0, 2, 3, 1, 2]
 
     listed = client.list_instances()
     (summary,) = listed.instances
-    assert [c.hit_rate for c in summary.capacity_summaries] == [28 / 54, 28 / 54]
-    assert [c.capacity_blocks for c in summary.capacity_summaries] == [2, 3]
+    assert [c.hit_rate for c in summary.capacity_summaries] == [16 / 54, 28 / 54]
+    assert [c.capacity_blocks for c in summary.capacity_summaries] == [1, 2]
     assert summary.theoretical_summary.max_hit_rate == 32 / 54
     assert list(client.list_instances("tmp").instances) == []
 
@@ -248,15 +249,15 @@ def test_stream_helper_with_a_bad_query_inside_a_batch(client: OptimizerClient):
     good = [r for r in results if r.header.status.code == pb2.OK]
     assert [[c.cache_hit_count for c in r.capacity_results] for r in good] == [
         [0, 0],
-        [2, 2],
-        [2, 2],
+        [1, 2],
+        [1, 2],
         [1, 1],
-        [2, 2],
+        [1, 2],
     ]
     assert [r.theoretical_result.max_hit_count for r in good] == [0, 2, 3, 1, 2]
     summary = client.list_instances().instances[0]
     assert summary.total_queries == 5
-    assert [c.hit_rate for c in summary.capacity_summaries] == [28 / 54, 28 / 54]
+    assert [c.hit_rate for c in summary.capacity_summaries] == [16 / 54, 28 / 54]
     assert summary.theoretical_summary.max_hit_rate == 32 / 54
 
 
@@ -369,7 +370,7 @@ def test_client_retries_until_a_late_server_is_up(tmp_path: Path):
 
     def start_late() -> None:
         time.sleep(0.5)
-        server, _ = create_server(manager, None, f"127.0.0.1:{port}")
+        server = create_server(manager, None, f"127.0.0.1:{port}").server
         server.start()
         holder["server"] = server
         started.set()
@@ -392,6 +393,47 @@ def test_client_retries_until_a_late_server_is_up(tmp_path: Path):
     finally:
         thread.join()
         holder["server"].stop(0).wait()
+
+
+class _StallingServicer(OptimizerServicer):
+    """The real servicer, but ListInstanceGroups sleeps past the client's deadline on its
+    first ``stalls`` calls (a server that is up but too slow)."""
+
+    def __init__(self, manager: OnlineOptimizerManager, stalls: int) -> None:
+        super().__init__(manager)
+        self.calls = 0
+        self.stalls = stalls
+
+    def ListInstanceGroups(self, request, context):  # noqa: N802 - gRPC method name
+        self.calls += 1
+        if self.calls <= self.stalls:
+            time.sleep(0.6)
+        return super().ListInstanceGroups(request, context)
+
+
+@pytest.mark.parametrize(("stalls", "retries"), [(2, 2), (3, 2)])
+def test_client_retries_deadline_exceeded(stalls: int, retries: int) -> None:
+    manager = OnlineOptimizerManager()
+    manager.create_group(InstanceGroup("slow", (1.0,)))
+    servicer = _StallingServicer(manager, stalls)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb2.add_OptimizerServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with OptimizerClient(
+            f"127.0.0.1:{port}", timeout=0.2, retries=retries, backoff_initial=0.01
+        ) as client:
+            if stalls <= retries:  # the attempt after the last stall answers
+                response = client.list_instance_groups()
+                assert [g.name for g in response.instance_groups] == ["slow"]
+            else:  # every attempt timed out: the last DEADLINE_EXCEEDED is raised
+                with pytest.raises(grpc.RpcError) as info:
+                    client.list_instance_groups()
+                assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert servicer.calls == min(stalls, retries + 1) + (stalls <= retries)
+    finally:
+        server.stop(0).wait()
 
 
 def test_client_does_not_retry_other_errors(live: Live):
@@ -451,7 +493,7 @@ GROUPS_YAML = """\
 instance_groups:
   - name: g
     eviction_policy: lru
-    capacity_gb: [0.0000028610229492187500, 0.0000019073486328125]
+    capacity_gb: [0.0000019073486328125, 0.00000095367431640625]
     enable_theoretical_max_cache: true
 instances:
   - instance_id: inst
@@ -466,7 +508,7 @@ def test_load_groups_file_yaml_and_json(tmp_path: Path):
     yaml_file = tmp_path / "groups.yaml"
     yaml_file.write_text(GROUPS_YAML)
     groups, regs = load_groups_file(yaml_file)
-    assert groups == [InstanceGroup("g", (CAP3, CAP2), enable_theoretical_max_cache=True)]
+    assert groups == [InstanceGroup("g", (CAP2, CAP1), enable_theoretical_max_cache=True)]
     assert regs == [EXAMPLE_REG]
     json_file = tmp_path / "groups.json"
     json_file.write_text(
@@ -597,14 +639,14 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
         "inst",
         "g",
         "5",
-        "1.90735e-06",
-        "2",
-        "51.85%",
+        "9.53674e-07",
+        "1",
+        "29.63%",
         "59.26%",
         "5",
         *memory.split(),
     ]
-    assert lines[2].split() == ["2.86102e-06", "3", "51.85%"]
+    assert lines[2].split() == ["1.90735e-06", "2", "51.85%"]
     assert len(lines) == 3
 
     args.json = True
@@ -612,8 +654,8 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
     data = json.loads(capsys.readouterr().out)
     (inst,) = data["instances"]
     assert inst["capacities"] == [
+        {"capacity_gb": CAP1, "capacity_blocks": 1, "total_hits": 4, "hit_rate": 16 / 54},
         {"capacity_gb": CAP2, "capacity_blocks": 2, "total_hits": 7, "hit_rate": 28 / 54},
-        {"capacity_gb": CAP3, "capacity_blocks": 3, "total_hits": 7, "hit_rate": 28 / 54},
     ]
     assert inst["theoretical"] == {"total_max_hits": 8, "max_hit_rate": 32 / 54}
     assert (inst["total_queries"], inst["total_input_tokens"], inst["unique_blocks"]) == (5, 54, 5)
@@ -682,9 +724,9 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
             "inst",
             "g",
             "5",
-            "1.90735e-06",
-            "2",
-            "51.85%",
+            "9.53674e-07",
+            "1",
+            "29.63%",
         ]
     finally:
         code = server.terminate() if server.proc.poll() is None else server.proc.returncode
@@ -701,7 +743,7 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
         with OptimizerClient(again.grpc) as client:
             groups = client.list_instance_groups().instance_groups
             assert [g.name for g in groups] == ["extra", "g"]
-            assert list(groups[1].capacity_gb) == [CAP2, CAP3]
+            assert list(groups[1].capacity_gb) == [CAP1, CAP2]
             (inst,) = client.list_instances().instances
             assert (inst.instance_id, inst.total_queries, inst.debug_info.unique_keys) == (
                 "inst",

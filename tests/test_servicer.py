@@ -27,7 +27,7 @@ from litehit_service.servicer import OptimizerServicer
 
 SERVICE = pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"]
 GIB = 1024**3
-CAP2, CAP3 = 2048 / GIB, 3072 / GIB  # 2 and 3 blocks of 1024 bytes
+CAP1, CAP2 = 1024 / GIB, 2048 / GIB  # 1 and 2 blocks of 1024 bytes: different hits
 CLOCK_NS = 5_000 * 10**9
 
 
@@ -127,7 +127,7 @@ def example(h: Harness) -> Harness:
             h.create_group(
                 name="g",
                 eviction_policy=LRU,
-                capacity_gb=[CAP3, CAP2],
+                capacity_gb=[CAP2, CAP1],
                 enable_theoretical_max_cache=True,
             )
         )
@@ -270,7 +270,7 @@ def test_register_get_remove_instance(example: Harness):
     h = example
     reg = h.register(instance_id="other")
     assert reg.header.request_id == "t-reg"
-    assert list(reg.estimated_capacity_blocks) == [2, 3]
+    assert list(reg.estimated_capacity_blocks) == [1, 2]
     assert reg.size_full_only == 1024 and reg.size_full_linear == 1024
 
     got = h.call("GetInstance", pb2.OptimizerGetInstanceRequest(trace_id="g1", instance_id="other"))
@@ -325,17 +325,17 @@ def test_worked_example_through_trace_query(example: Harness):
         r = h.query(keys, tokens)
         assert r.header.status.code == pb2.OK and r.header.request_id == "q"
         assert r.input_token_len == tokens and r.total_blocks == len(keys)
-        assert [c.capacity_gb for c in r.capacity_results] == [CAP2, CAP3]
+        assert [c.capacity_gb for c in r.capacity_results] == [CAP1, CAP2]
         hits.append([c.cache_hit_count for c in r.capacity_results])
         rates.append([c.hit_rate for c in r.capacity_results])
         uniques.append([c.current_unique_keys for c in r.capacity_results])
         theoretical.append(
             (r.theoretical_result.max_hit_count, r.theoretical_result.current_unique_keys)
         )
-    assert hits == [[0, 0], [2, 2], [2, 2], [1, 1], [2, 2]]
+    assert hits == [[0, 0], [1, 2], [1, 2], [1, 1], [1, 2]]
     assert theoretical == [(0, 3), (2, 4), (3, 4), (1, 5), (2, 5)]
-    assert rates == [[0.0, 0.0], [8 / 12] * 2, [8 / 13] * 2, [4 / 8] * 2, [8 / 8] * 2]
-    assert uniques == [[2, 3]] * 5
+    assert rates == [[0.0, 0.0], [4 / 12, 8 / 12], [4 / 13, 8 / 13], [4 / 8] * 2, [4 / 8, 8 / 8]]
+    assert uniques == [[1, 2]] * 5  # min(unique blocks, slot blocks): 3, 4, 4, 5, 5 unique
 
     listed = h.call("ListInstances", pb2.OptimizerListInstancesRequest(trace_id="l"))
     assert listed.header.status.code == pb2.OK and listed.header.request_id == "l"
@@ -345,12 +345,12 @@ def test_worked_example_through_trace_query(example: Harness):
     assert [
         (c.capacity_gb, c.capacity_blocks, c.total_hits, c.hit_rate)
         for c in inst.capacity_summaries
-    ] == [(CAP2, 2, 7, 28 / 54), (CAP3, 3, 7, 28 / 54)]
+    ] == [(CAP1, 1, 4, 16 / 54), (CAP2, 2, 7, 28 / 54)]
     assert inst.theoretical_summary.total_max_hits == 8
     assert inst.theoretical_summary.max_hit_rate == 32 / 54
     d = inst.debug_info
     assert (d.block_size, d.unique_keys, d.linear_step, d.eviction_count) == (4, 5, 0, 0)
-    assert d.kv_cache_usage_bytes == 3 * 1024
+    assert d.kv_cache_usage_bytes == 2 * 1024
     assert d.memory_usage_bytes > 0
 
 
@@ -358,8 +358,10 @@ def test_tail_tokens_count_in_the_denominator_only(example: Harness):
     h = example
     assert h.query([1, 2, 3], 13).capacity_results[1].cache_hit_count == 0
     second = h.query([1, 2, 3], 13)
-    assert second.capacity_results[1].cache_hit_count == 3
-    assert second.capacity_results[1].hit_rate == 12 / 13
+    assert second.capacity_results[1].cache_hit_count == 2
+    assert second.capacity_results[1].hit_rate == 8 / 13
+    assert second.theoretical_result.max_hit_count == 3
+    assert second.theoretical_result.hit_rate == 12 / 13
 
 
 def test_token_ids_give_the_length_when_input_token_len_is_zero(example: Harness):
@@ -495,14 +497,14 @@ def test_stream_answers_in_order_and_survives_bad_queries(example: Harness):
     good = [res for res in results if res.header.status.code == pb2.OK]
     assert [[c.cache_hit_count for c in res.capacity_results] for res in good] == [
         [0, 0],
-        [2, 2],
-        [2, 2],
+        [1, 2],
+        [1, 2],
         [1, 1],
-        [2, 2],
+        [1, 2],
     ]
     assert [res.theoretical_result.max_hit_count for res in good] == [0, 2, 3, 1, 2]
     inst = h.call("ListInstances", pb2.OptimizerListInstancesRequest()).instances[0]
-    assert [c.hit_rate for c in inst.capacity_summaries] == [28 / 54, 28 / 54]
+    assert [c.hit_rate for c in inst.capacity_summaries] == [16 / 54, 28 / 54]
     assert inst.theoretical_summary.max_hit_rate == 32 / 54
     assert h.error_count("TraceQueryStream", "INSTANCE_NOT_EXIST") == 1
     assert h.error_count("TraceQueryStream", "INVALID_ARGUMENT") == 1

@@ -41,7 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from litehit_core import LocatedError
-from litehit_service.entries import Fields, group_from_dict, join_field, registration_from_dict
+from litehit_service.entries import (
+    Fields,
+    group_from_dict,
+    join_field,
+    parse_json,
+    read_text,
+    registration_from_dict,
+)
 from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
@@ -252,19 +259,8 @@ def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
     file's folder. O(file size).
     """
     name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise LocatedError(name, 0, f"cannot read the config: {reason}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LocatedError(
-            name, exc.lineno, f"invalid JSON: {exc.msg} at column {exc.colno}"
-        ) from None
-    except RecursionError:
-        raise LocatedError(name, 0, "invalid JSON: nested too deeply") from None
+    text = read_text(name, "config")
+    data = parse_json(name, text)
     lines, duplicate = _field_lines(text)
     if duplicate is not None:
         dup_path, dup_line = duplicate

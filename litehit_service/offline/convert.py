@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from litehit_core import LocatedError
-from litehit_service.offline.outputs import atomic_outputs, progress, tmp_path
+from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 from litehit_service.offline.traces import (
     INT64_MAX,
     TraceEvent,
@@ -59,11 +59,8 @@ class ConvertSummary:
 
     def line(self) -> str:
         """The one-line summary printed on stderr."""
-        rate = self.events / self.elapsed_s if self.elapsed_s > 0 else 0.0
-        return (
-            f"convert: {self.events} events, {self.instances} instances, "
-            f"{self.elapsed_s:.3f} s, {rate:,.0f} events/s -> {self.output}"
-        )
+        parts = f"{self.instances} instances"
+        return run_line("convert", self.events, "events", parts, self.elapsed_s, self.output)
 
 
 def convert_trace(

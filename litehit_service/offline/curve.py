@@ -34,7 +34,7 @@ from litehit_core import (
     capacity_gb_to_bytes,
     read_facts,
 )
-from litehit_service.offline.outputs import atomic_outputs, progress, tmp_path
+from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 
 GIB = 1024**3
 MARK_PERCENTS = (90, 95, 99)
@@ -419,12 +419,9 @@ class CurveRun:
 
     def summary_line(self) -> str:
         """The one-line summary printed on stderr."""
-        rate = self.requests / self.elapsed_s if self.elapsed_s > 0 else 0.0
         dest = ", ".join(self.outputs) if self.outputs else "table only"
-        return (
-            f"curve: {self.requests} requests, {len(self.curves)} instances, "
-            f"{self.elapsed_s:.3f} s, {rate:,.0f} requests/s -> {dest}"
-        )
+        parts = f"{len(self.curves)} instances"
+        return run_line("curve", self.requests, "requests", parts, self.elapsed_s, dest)
 
 
 def run_curve(

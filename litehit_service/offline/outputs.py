@@ -51,3 +51,19 @@ def progress(items: Iterable[T], unit: str, total: int | None = None) -> Iterabl
     from tqdm import tqdm
 
     return tqdm(items, total=total, unit=unit, file=sys.stderr, leave=False, mininterval=0.5)
+
+
+def run_line(
+    command: str, count: int, unit: str, parts: str, elapsed_s: float, destination: str
+) -> str:
+    """The one summary line every offline command ends with, on stderr::
+
+        query: 5 requests, 1 instances, 0.012 s, 416 requests/s -> out.jsonl
+
+    ``parts`` is what comes between the count and the time (``"1 instances"``). O(1).
+    """
+    rate = count / elapsed_s if elapsed_s > 0 else 0.0
+    return (
+        f"{command}: {count} {unit}, {parts}, {elapsed_s:.3f} s, {rate:,.0f} {unit}/s "
+        f"-> {destination}"
+    )

@@ -19,7 +19,7 @@ from typing import IO
 
 from litehit_core import FactRow, FactsQuery, read_facts
 from litehit_core.query import format_chunk_lines, format_summary_lines
-from litehit_service.offline.outputs import atomic_outputs, progress
+from litehit_service.offline.outputs import atomic_outputs, progress, run_line
 
 SPOOL_BYTES = 64 * 1024 * 1024
 """Stdout output is buffered in memory up to this size, then in a temporary file."""
@@ -36,11 +36,8 @@ class QuerySummary:
 
     def line(self) -> str:
         """The one-line summary printed on stderr."""
-        rate = self.requests / self.elapsed_s if self.elapsed_s > 0 else 0.0
-        return (
-            f"query: {self.requests} requests, {self.instances} instances, "
-            f"{self.elapsed_s:.3f} s, {rate:,.0f} requests/s -> {self.destination}"
-        )
+        parts = f"{self.instances} instances"
+        return run_line("query", self.requests, "requests", parts, self.elapsed_s, self.destination)
 
 
 def write_query(

@@ -48,6 +48,7 @@ from litehit_service.errors import OptimizerError
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
 from litehit_service.offline.config import ReplayConfig, check_config
+from litehit_service.offline.outputs import run_line
 from litehit_service.offline.traces import (
     check_utf8,
     open_trace,
@@ -95,10 +96,8 @@ class ReplaySummary:
 
     def summary_line(self) -> str:
         """The one-line summary: requests, instances, rows, elapsed, requests/s, facts path."""
-        return (
-            f"replay: {self.requests} requests, {self.instances} instances, {self.rows} rows, "
-            f"{self.elapsed_s:.3f} s, {self.requests_per_s:,.0f} requests/s -> {self.facts_path}"
-        )
+        parts = f"{self.instances} instances, {self.rows} rows"
+        return run_line("replay", self.requests, "requests", parts, self.elapsed_s, self.facts_path)
 
     def instance_lines(self) -> list[str]:
         """One line per instance: its token hit rate at every capacity slot (and infinite)."""

@@ -102,7 +102,6 @@ class LMCacheTrace(NamedTuple):
 
 _MISSING: Any = object()
 _INT_ONLY = frozenset({int})
-_new_event = tuple.__new__  # skips NamedTuple.__new__'s Python frame on the hot path
 _raw_decode = json.JSONDecoder().raw_decode
 _orjson_loads = orjson.loads
 _BLANK = object()  # marks a blank line (``null`` is a value, not a blank)
@@ -327,7 +326,15 @@ def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEve
     elif not _positive_int(input_len):
         raise _bad(path, line_no, "input_len", "an integer > 0", input_len)
 
-    return _new_event(TraceEvent, (line_no, kind, instance_id, trace_id, ts_ns, keys, input_len))
+    return TraceEvent(
+        line_no=line_no,
+        kind=kind,
+        instance_id=instance_id,
+        trace_id=trace_id,
+        timestamp_ns=ts_ns,
+        keys=keys,
+        input_len=input_len,
+    )
 
 
 def read_standard(path: str | os.PathLike[str]) -> Iterator[TraceEvent]:
@@ -426,8 +433,14 @@ def _mooncake_event(
     keys = hash_ids[:n_full]
     if keys:
         _check_int64_array(keys, "hash_ids", line_no, path, text)
-    return _new_event(
-        TraceEvent, (line_no, "request", instance_id, str(line_no), ts_ns, keys, input_len)
+    return TraceEvent(
+        line_no=line_no,
+        kind="request",
+        instance_id=instance_id,
+        trace_id=str(line_no),
+        timestamp_ns=ts_ns,
+        keys=keys,
+        input_len=input_len,
     )
 
 
@@ -599,8 +612,14 @@ def _parse_lmcache_line(
             raise _bad(path, line_no, f"chunk_hashes[{i}]", "a hex string (optional 0x)", h)
         keys.append(_hash_to_int64(h))
 
-    event = _new_event(
-        TraceEvent, (line_no, "request", model_name, request_id, ts_ns, keys, seq_len)
+    event = TraceEvent(
+        line_no=line_no,
+        kind="request",
+        instance_id=model_name,
+        trace_id=request_id,
+        timestamp_ns=ts_ns,
+        keys=keys,
+        input_len=seq_len,
     )
     if model is not None and model_name != model:
         return event, None
