@@ -1,9 +1,12 @@
 """A small typed client of the LiteHit OptimizerService (and of any wire-compatible server).
 
-:class:`OptimizerClient` mirrors every RPC with a typed method returning the pb2 response
-(errors stay in ``response.header.status``, as on the wire), retries UNAVAILABLE and
-DEADLINE_EXCEEDED with exponential backoff, and offers :meth:`OptimizerClient.stream_trace_queries`,
-a batching helper over the TraceQueryStream bidi RPC for gateways.
+:class:`OptimizerClient` mirrors every RPC with a typed method returning the pb2 response.
+A response whose header is not OK raises the typed exception of its ErrorCode (one class
+per code, from :mod:`litehit_service.errors`, carrying ``code``, ``message`` and
+``trace_id``); ``check=False`` returns the raw response instead. Unary calls retry
+UNAVAILABLE and DEADLINE_EXCEEDED with exponential backoff;
+:meth:`OptimizerClient.stream_trace_queries` is a batching helper over the TraceQueryStream
+bidi RPC for gateways.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from litehit_service import messages as pb2
 from litehit_service import wire
 from litehit_service.model import InstanceGroup, InstanceRegistration
+from litehit_service.wire import raise_for_header
 
 _Resp = TypeVar("_Resp")
 
@@ -109,17 +113,22 @@ class OptimizerClient:
         """The sleeps (seconds) between attempts: ``min(max, initial * 2**k)`` for each retry."""
         return [min(self.backoff_max, self.backoff_initial * 2**k) for k in range(self.retries)]
 
-    def _call(self, rpc: Callable[..., _Resp], request: Any) -> _Resp:
-        """Invoke a unary RPC with the timeout, metadata and retry policy."""
+    def _call(self, rpc: Callable[..., _Resp], request: Any, check: bool = True) -> _Resp:
+        """Invoke a unary RPC with the timeout, metadata and retry policy; with ``check``, a
+        non-OK header raises its typed :class:`~litehit_service.errors.OptimizerError`."""
         delays = self.backoff_delays()
         for attempt in itertools.count():
             try:
-                return rpc(request, timeout=self.timeout, metadata=self._metadata)
+                response = rpc(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 if code not in RETRYABLE_CODES or attempt >= len(delays):
                     raise
                 time.sleep(delays[attempt])
+                continue
+            if check:
+                raise_for_header(response, getattr(request, "trace_id", ""))
+            return response
         raise AssertionError("unreachable")  # pragma: no cover
 
     def wait_until_ready(self, timeout: float) -> None:
@@ -129,46 +138,67 @@ class OptimizerClient:
     def health(self, service: str = "") -> int:
         """gRPC health status of ``service`` (``health_pb2.HealthCheckResponse`` enum value)."""
         stub = health_pb2_grpc.HealthStub(self._channel)
-        response = self._call(stub.Check, health_pb2.HealthCheckRequest(service=service))
+        response = self._call(stub.Check, health_pb2.HealthCheckRequest(service=service), False)
         return response.status
 
     # ------------------------------------------------------------------ groups
 
     def create_instance_group(
-        self, group: pb2.OptimizerInstanceGroupProto | InstanceGroup, *, trace_id: str = ""
+        self,
+        group: pb2.OptimizerInstanceGroupProto | InstanceGroup,
+        *,
+        trace_id: str = "",
+        check: bool = True,
     ) -> pb2.CommonResponse:
         """CreateInstanceGroup (a domain group is converted through wire)."""
         return self._call(
             self._stub.CreateInstanceGroup,
             pb2.CreateInstanceGroupRequest(trace_id=trace_id, instance_group=_group_pb(group)),
+            check=check,
         )
 
     def update_instance_group(
-        self, group: pb2.OptimizerInstanceGroupProto | InstanceGroup, *, trace_id: str = ""
+        self,
+        group: pb2.OptimizerInstanceGroupProto | InstanceGroup,
+        *,
+        trace_id: str = "",
+        check: bool = True,
     ) -> pb2.CommonResponse:
         """UpdateInstanceGroup."""
         return self._call(
             self._stub.UpdateInstanceGroup,
             pb2.UpdateInstanceGroupRequest(trace_id=trace_id, instance_group=_group_pb(group)),
+            check=check,
         )
 
-    def remove_instance_group(self, name: str, *, trace_id: str = "") -> pb2.CommonResponse:
+    def remove_instance_group(
+        self, name: str, *, trace_id: str = "", check: bool = True
+    ) -> pb2.CommonResponse:
         """RemoveInstanceGroup."""
         return self._call(
             self._stub.RemoveInstanceGroup,
             pb2.RemoveInstanceGroupRequest(trace_id=trace_id, name=name),
+            check=check,
         )
 
-    def get_instance_group(self, name: str, *, trace_id: str = "") -> pb2.GetInstanceGroupResponse:
+    def get_instance_group(
+        self, name: str, *, trace_id: str = "", check: bool = True
+    ) -> pb2.GetInstanceGroupResponse:
         """GetInstanceGroup."""
         return self._call(
-            self._stub.GetInstanceGroup, pb2.GetInstanceGroupRequest(trace_id=trace_id, name=name)
+            self._stub.GetInstanceGroup,
+            pb2.GetInstanceGroupRequest(trace_id=trace_id, name=name),
+            check=check,
         )
 
-    def list_instance_groups(self, *, trace_id: str = "") -> pb2.ListInstanceGroupsResponse:
+    def list_instance_groups(
+        self, *, trace_id: str = "", check: bool = True
+    ) -> pb2.ListInstanceGroupsResponse:
         """ListInstanceGroups (sorted by name)."""
         return self._call(
-            self._stub.ListInstanceGroups, pb2.ListInstanceGroupsRequest(trace_id=trace_id)
+            self._stub.ListInstanceGroups,
+            pb2.ListInstanceGroupsRequest(trace_id=trace_id),
+            check=check,
         )
 
     # ------------------------------------------------------------------ instances
@@ -178,6 +208,7 @@ class OptimizerClient:
         registration: pb2.OptimizerRegisterInstanceRequest | InstanceRegistration,
         *,
         trace_id: str = "",
+        check: bool = True,
     ) -> pb2.OptimizerRegisterInstanceResponse:
         """RegisterInstance (a domain registration is converted through wire).
 
@@ -191,42 +222,46 @@ class OptimizerClient:
                 request = pb2.OptimizerRegisterInstanceRequest()
                 request.CopyFrom(registration)
                 request.trace_id = trace_id
-        return self._call(self._stub.RegisterInstance, request)
+        return self._call(self._stub.RegisterInstance, request, check=check)
 
     def remove_instance(
-        self, instance_id: str, *, trace_id: str = ""
+        self, instance_id: str, *, trace_id: str = "", check: bool = True
     ) -> pb2.OptimizerRemoveInstanceResponse:
         """RemoveInstance."""
         return self._call(
             self._stub.RemoveInstance,
             pb2.OptimizerRemoveInstanceRequest(trace_id=trace_id, instance_id=instance_id),
+            check=check,
         )
 
     def get_instance(
-        self, instance_id: str, *, trace_id: str = ""
+        self, instance_id: str, *, trace_id: str = "", check: bool = True
     ) -> pb2.OptimizerGetInstanceResponse:
         """GetInstance."""
         return self._call(
             self._stub.GetInstance,
             pb2.OptimizerGetInstanceRequest(trace_id=trace_id, instance_id=instance_id),
+            check=check,
         )
 
     def list_instances(
-        self, instance_group: str = "", *, trace_id: str = ""
+        self, instance_group: str = "", *, trace_id: str = "", check: bool = True
     ) -> pb2.OptimizerListInstancesResponse:
         """ListInstances (all instances, or one group's), sorted by instance_id."""
         return self._call(
             self._stub.ListInstances,
             pb2.OptimizerListInstancesRequest(trace_id=trace_id, instance_group=instance_group),
+            check=check,
         )
 
     def reset_stats(
-        self, instance_id: str, *, trace_id: str = ""
+        self, instance_id: str, *, trace_id: str = "", check: bool = True
     ) -> pb2.OptimizerResetStatsResponse:
         """ResetStats."""
         return self._call(
             self._stub.ResetStats,
             pb2.OptimizerResetStatsRequest(trace_id=trace_id, instance_id=instance_id),
+            check=check,
         )
 
     # ------------------------------------------------------------------ queries
@@ -239,6 +274,7 @@ class OptimizerClient:
         *,
         timestamp_ns: int = 0,
         trace_id: str = "",
+        check: bool = True,
     ) -> pb2.TraceQueryResponse:
         """TraceQuery for one request: ``block_keys`` head first, ``input_token_len`` tokens.
 
@@ -254,6 +290,7 @@ class OptimizerClient:
                 input_token_len=input_token_len,
                 timestamp_ns=timestamp_ns,
             ),
+            check=check,
         )
 
     def stream_trace_queries(
@@ -262,14 +299,17 @@ class OptimizerClient:
         batch_size: int = 256,
         *,
         timeout: float | None = None,
+        check: bool = True,
     ) -> Iterator[pb2.TraceQueryResponse]:
         """Send ``requests`` over one TraceQueryStream in batches; yield responses in order.
 
         The request iterable is consumed lazily by gRPC's sender thread while responses are
         read, so batches are pipelined. One response per request, each with its own header.
         The stream is not retried (queries may already have been applied); a transport error
-        raises ``grpc.RpcError``. ``timeout`` (seconds, None = none) bounds the whole stream.
-        O(total keys).
+        raises ``grpc.RpcError``. With ``check`` a response whose header is not OK raises its
+        typed error when it is reached (the responses before it were yielded; the stream is
+        then cancelled); ``check=False`` yields it as is. ``timeout`` (seconds, None = none)
+        bounds the whole stream. O(total keys).
         """
         if batch_size <= 0:
             raise ValueError(f"batch_size must be > 0, got {batch_size}")
@@ -278,7 +318,12 @@ class OptimizerClient:
         )
         try:
             for response in call:
-                yield from response.results
+                if not check:
+                    yield from response.results
+                    continue
+                for result in response.results:
+                    raise_for_header(result)
+                    yield result
         finally:
             call.cancel()  # no-op when the stream already finished; stops it if abandoned
 

@@ -15,10 +15,14 @@ from litehit_service import messages as pb2
 from litehit_service.errors import (
     DuplicateEntity,
     InstanceNotExist,
+    InternalError,
     InvalidArgument,
     OptimizerError,
+    ReachMaxEntityCapacity,
     RegistryIOError,
+    ServerNotLeader,
     ServiceNotReady,
+    UnknownError,
     Unsupported,
 )
 from litehit_service.model import (
@@ -35,15 +39,20 @@ from litehit_service.model import (
 # Errors
 # --------------------------------------------------------------------------------------------
 
-#: THE error table: domain exception class -> wire ErrorCode value.
+#: THE error table: domain exception class <-> wire ErrorCode value (both directions).
 ERROR_TABLE: dict[type[OptimizerError], int] = {
     InvalidArgument: pb2.INVALID_ARGUMENT,
     Unsupported: pb2.UNSUPPORTED,
     DuplicateEntity: pb2.DUPLICATE_ENTITY,
+    ReachMaxEntityCapacity: pb2.REACH_MAX_ENTITY_CAPACITY,
     InstanceNotExist: pb2.INSTANCE_NOT_EXIST,
     RegistryIOError: pb2.IO_ERROR,
     ServiceNotReady: pb2.SERVICE_NOT_READY,
+    InternalError: pb2.INTERNAL_ERROR,
+    ServerNotLeader: pb2.SERVER_NOT_LEADER,
+    UnknownError: pb2.UNKNOWN_ERROR,
 }
+_CLASS_FOR_CODE: dict[int, type[OptimizerError]] = {code: cls for cls, code in ERROR_TABLE.items()}
 
 
 def error_code_for(exc: BaseException) -> int:
@@ -59,6 +68,21 @@ def error_code_for(exc: BaseException) -> int:
     if isinstance(exc, InvalidRequestError):
         return pb2.INVALID_ARGUMENT
     return pb2.INTERNAL_ERROR
+
+
+def error_from_status(status: pb2.Status, trace_id: str = "") -> OptimizerError:
+    """The typed exception of a non-OK header status: one class per ErrorCode (an unknown
+    code, UNSPECIFIED or ERROR_MAX gives :class:`UnknownError`), carrying the code, the
+    message and the trace_id. O(1)."""
+    cls = _CLASS_FOR_CODE.get(status.code, UnknownError)
+    return cls(status.message, trace_id=trace_id, code=status.code)
+
+
+def raise_for_header(response: Any, trace_id: str = "") -> None:
+    """Raise the typed exception of ``response.header.status`` unless it is OK. O(1)."""
+    status = response.header.status
+    if status.code != pb2.OK:
+        raise error_from_status(status, response.header.request_id or trace_id)
 
 
 def error_name(code: int) -> str:

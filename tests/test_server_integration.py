@@ -155,36 +155,85 @@ def test_every_rpc_over_a_socket(client: OptimizerClient):
 
 def test_every_error_code_over_a_socket(live: Live, client: OptimizerClient):
     setup_example(client)
-    status = client.create_instance_group(EXAMPLE_GROUP).header.status
+    status = client.create_instance_group(EXAMPLE_GROUP, check=False).header.status
     assert (status.code, status.message) == (
         pb2.DUPLICATE_ENTITY,
         "instance group 'g' already exists",
     )
-    status = client.get_instance_group("nope").header.status
+    status = client.get_instance_group("nope", check=False).header.status
     assert (status.code, status.message) == (
         pb2.INSTANCE_NOT_EXIST,
         "instance group 'nope' does not exist",
     )
-    status = client.remove_instance_group("g").header.status
+    status = client.remove_instance_group("g", check=False).header.status
     assert status.code == pb2.INVALID_ARGUMENT and "still has 1 registered" in status.message
     status = client.create_instance_group(
-        InstanceGroup("s", (1.0,), shared_group_quota=True)
+        InstanceGroup("s", (1.0,), shared_group_quota=True), check=False
     ).header.status
     assert status.code == pb2.UNSUPPORTED
-    status = client.trace_query("ghost", [1], 4).header.status
+    status = client.trace_query("ghost", [1], 4, check=False).header.status
     assert (status.code, status.message) == (
         pb2.INSTANCE_NOT_EXIST,
         "instance_id 'ghost' is not registered",
     )
-    status = client.trace_query("inst", [1, 2], 4).header.status
+    status = client.trace_query("inst", [1, 2], 4, check=False).header.status
     assert status.code == pb2.INVALID_ARGUMENT and "len(block_keys) is 2" in status.message
     live.registry.close()
-    status = client.remove_instance("inst").header.status
+    status = client.remove_instance("inst", check=False).header.status
     assert (status.code, status.message) == (
         pb2.IO_ERROR,
         f"registry {str(live.registry.path)!r}: delete_instance 'inst' failed: registry is closed",
     )
-    assert client.get_instance("inst").header.status.code == pb2.OK  # still registered
+    assert client.get_instance("inst", check=False).header.status.code == pb2.OK  # still registered
+
+
+def test_client_raises_one_typed_error_per_error_code(live: Live, client: OptimizerClient):
+    from litehit_service.errors import (
+        DuplicateEntity,
+        InstanceNotExist,
+        InvalidArgument,
+        RegistryIOError,
+        Unsupported,
+    )
+    from litehit_service.wire import ERROR_TABLE
+
+    setup_example(client)
+    cases = [
+        (lambda: client.create_instance_group(EXAMPLE_GROUP, trace_id="t1"), DuplicateEntity),
+        (lambda: client.get_instance_group("nope", trace_id="t2"), InstanceNotExist),
+        (lambda: client.remove_instance_group("g", trace_id="t3"), InvalidArgument),
+        (
+            lambda: client.create_instance_group(
+                InstanceGroup("s", (1.0,), shared_group_quota=True), trace_id="t4"
+            ),
+            Unsupported,
+        ),
+        (lambda: client.trace_query("ghost", [1], 4, trace_id="t5"), InstanceNotExist),
+        (lambda: client.trace_query("inst", [1, 2], 4, trace_id="t6"), InvalidArgument),
+    ]
+    for i, (call, cls) in enumerate(cases, 1):
+        with pytest.raises(cls) as info:
+            call()
+        assert type(info.value) is cls
+        assert (info.value.code, info.value.trace_id) == (ERROR_TABLE[cls], f"t{i}")
+        assert info.value.message == str(info.value) and info.value.message
+    # the stream helper raises at the failing query, after yielding the ones before it
+    queries = [
+        pb2.TraceQueryRequest(instance_id="inst", block_keys=[1], input_token_len=4),
+        pb2.TraceQueryRequest(instance_id="ghost", block_keys=[1], input_token_len=4, trace_id="q"),
+    ]
+    got = []
+    with pytest.raises(InstanceNotExist) as info:
+        for r in client.stream_trace_queries(queries):
+            got.append(r)
+    assert len(got) == 1 and info.value.trace_id == "q"
+    assert [r.header.status.code for r in client.stream_trace_queries(queries, check=False)] == [
+        pb2.OK,
+        pb2.INSTANCE_NOT_EXIST,
+    ]
+    live.registry.close()
+    with pytest.raises(RegistryIOError):
+        client.remove_instance("inst")
 
 
 def test_max_block_keys_limit(tmp_path: Path):
@@ -193,7 +242,7 @@ def test_max_block_keys_limit(tmp_path: Path):
         with live.client() as client:
             setup_example(client)
             assert client.trace_query("inst", [1, 2, 3], 12).header.status.code == pb2.OK
-            status = client.trace_query("inst", [1, 2, 3, 4], 16).header.status
+            status = client.trace_query("inst", [1, 2, 3, 4], 16, check=False).header.status
             assert (status.code, status.message) == (
                 pb2.INVALID_ARGUMENT,
                 "block_keys has 4 keys, more than max_block_keys 3",
@@ -235,7 +284,7 @@ def test_stream_helper_with_a_bad_query_inside_a_batch(client: OptimizerClient):
     requests = [_q(f"w{i}", k, t) for i, (k, t) in enumerate(WORKED_EXAMPLE)]
     requests.insert(2, _q("bad", [1], 4, instance_id="ghost"))
     requests.insert(4, _q("neg", [1], -3))
-    results = list(client.stream_trace_queries(iter(requests), batch_size=3))
+    results = list(client.stream_trace_queries(iter(requests), batch_size=3, check=False))
     assert [r.header.request_id for r in results] == ["w0", "w1", "bad", "w2", "neg", "w3", "w4"]
     assert [pb2.ErrorCode.Name(r.header.status.code) for r in results] == [
         "OK",
@@ -660,9 +709,9 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
     assert inst["theoretical"] == {"total_max_hits": 8, "max_hit_rate": 32 / 54}
     assert (inst["total_queries"], inst["total_input_tokens"], inst["unique_blocks"]) == (5, 54, 5)
 
-    assert litehit_main(["instances", "--server", live.target, "--group", "nope"]) == 1
+    assert litehit_main(["instances", "--server", live.target, "--group", "nope"]) == 2
     assert capsys.readouterr().err == (
-        "litehit instances: error: INSTANCE_NOT_EXIST: instance group 'nope' does not exist\n"
+        "litehit instances: error: instance group 'nope' does not exist\n"
     )
 
 

@@ -145,20 +145,17 @@ def to_json(response: pb2.OptimizerListInstancesResponse) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Fetch ListInstances and print it (raises on a transport error or an error status)."""
+    """Fetch ListInstances and print it (raises on a transport error or an error status:
+    an unknown group is bad input, exit 2)."""
     import grpc
 
     from litehit_service.client import OptimizerClient
-    from litehit_service.messages import OK, ErrorCode
 
     try:
         with OptimizerClient(args.server, timeout=args.timeout, tls_ca=args.tls_ca) as client:
-            response = client.list_instances(args.group)
+            response = client.list_instances(args.group)  # an error status raises its type
     except grpc.RpcError as exc:
         raise CommandFailed(f"{args.server} unreachable: {rpc_detail(exc)}") from None
-    status = response.header.status
-    if status.code != OK:
-        raise CommandFailed(f"{ErrorCode.Name(status.code)}: {status.message}")
     if args.json:
         print(json.dumps(to_json(response), indent=2))
     elif not response.instances:
