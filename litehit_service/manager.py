@@ -17,6 +17,7 @@ queries on one instance are applied one at a time in arrival order.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +38,7 @@ from litehit_service.errors import (
     InstanceNotExist,
     InvalidArgument,
     OptimizerError,
+    ReachMaxEntityCapacity,
     RegistryIOError,
     Unsupported,
 )
@@ -59,6 +61,10 @@ _NS_PER_SECOND = 1_000_000_000
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_TTL_SECONDS = INT64_MAX // _NS_PER_SECOND
+
+DEFAULT_MAX_INSTANCES = 1024
+DEFAULT_MAX_TRACKED_BLOCKS = 8_388_608
+log = logging.getLogger(__name__)
 
 THEORETICAL_OFF = TheoreticalResult(max_hit_count=-1, current_unique_keys=-1, hit_rate=-1.0)
 """The theoretical result of an instance whose group has theoretical tracking off."""
@@ -212,17 +218,55 @@ class InstanceInfo:
     capacity_blocks: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ManagerLimits:
+    """Bounds on what clients can make the manager hold; 0 = unlimited.
+
+    ``max_instances``: registered instances (one more is REACH_MAX_ENTITY_CAPACITY).
+    ``max_tracked_blocks``: distinct blocks one instance's engine tracks; past it the least
+    recent are dropped, so every slot (at most this many blocks, checked at registration)
+    stays exact and the theoretical maximum becomes an LRU of this many blocks.
+    """
+
+    max_instances: int = 0
+    max_tracked_blocks: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("max_instances", "max_tracked_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+
+    @classmethod
+    def online(
+        cls,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_tracked_blocks: int = DEFAULT_MAX_TRACKED_BLOCKS,
+    ) -> ManagerLimits:
+        """The service's limits (defaults: 1,024 instances, 8,388,608 blocks each)."""
+        return cls(max_instances=max_instances, max_tracked_blocks=max_tracked_blocks)
+
+
 class OnlineOptimizerManager:
     """Groups, registrations and live hit-rate tracking for many instances.
 
     ``registry`` persists configuration (None: memory only); ``policy`` holds the rules
     every query follows (default: :meth:`QueryPolicy.online`; the offline replay passes
-    :meth:`QueryPolicy.offline`).
+    :meth:`QueryPolicy.offline`); ``limits`` bounds what clients can make it hold
+    (default: unlimited; ``litehit serve`` passes :meth:`ManagerLimits.online`).
     """
 
-    def __init__(self, registry: Registry | None = None, policy: QueryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        policy: QueryPolicy | None = None,
+        limits: ManagerLimits | None = None,
+    ) -> None:
         self._registry = registry
         self.policy = policy if policy is not None else QueryPolicy.online()
+        self.limits = limits if limits is not None else ManagerLimits()
+        self.instance_replacements = 0
+        """Registrations that replaced an existing instance with a different one (cumulative)."""
         self._admin = threading.RLock()
         self._groups: dict[str, InstanceGroup] = {}
         self._instances: dict[str, InstanceState] = {}
@@ -251,7 +295,7 @@ class OnlineOptimizerManager:
             instances: dict[str, InstanceState] = {}
             for reg in stored_regs:
                 try:
-                    instances[reg.instance_id] = _build_state(reg, groups)[0]
+                    instances[reg.instance_id] = _build_state(reg, groups, self.limits)[0]
                 except OptimizerError as exc:
                     raise RegistryIOError(
                         f"registry {self._registry.path!r}: stored instance "
@@ -301,16 +345,39 @@ class OnlineOptimizerManager:
     # ------------------------------------------------------------ registrations
 
     def register_instance(self, reg: InstanceRegistration) -> RegistrationResult:
-        """Validate, persist and (re)place an instance with fresh state and counters.
+        """Validate, persist and place an instance; idempotent for an identical registration.
 
-        Returns the blocks per capacity slot and the bytes per block. A failure leaves any
-        previous registration of the same id untouched. O(specs + slots).
+        Registering an id again with an identical registration (what a restarting gateway
+        does) keeps its state and counters and returns the same result (``outcome``
+        ``"unchanged"``). A different registration of an existing id replaces it with fresh
+        state (``"replaced"``: logged at WARNING and counted in
+        :attr:`instance_replacements`). A new id beyond ``limits.max_instances`` raises
+        ReachMaxEntityCapacity. A failure leaves any previous registration of the same id
+        untouched. O(specs + slots).
         """
         with self._admin:
-            state, result = _build_state(reg, self._groups)
+            state, result = _build_state(reg, self._groups, self.limits)
+            iid = state.instance_id
+            existing = self._instances.get(iid)
+            if existing is not None and existing.registration == state.registration:
+                return replace(result, outcome="unchanged")
+            limit = self.limits.max_instances
+            if existing is None and limit and len(self._instances) >= limit:
+                raise ReachMaxEntityCapacity(
+                    f"instance_id {iid!r} cannot be registered: {len(self._instances)} "
+                    f"instances are registered and max_instances is {limit}"
+                )
             self._save(lambda r: r.save_instance(state.registration))
-            self._instances[state.instance_id] = state
-            return result
+            self._instances[iid] = state
+            if existing is None:
+                return result
+            self.instance_replacements += 1
+            log.warning(
+                "instance_id %r re-registered with a different registration: replaced with "
+                "fresh state (its counters restart at zero)",
+                iid,
+            )
+            return replace(result, outcome="replaced")
 
     def remove_instance(self, instance_id: str) -> None:
         """Forget an instance (memory, registry and therefore metrics)."""
@@ -557,7 +624,7 @@ def validated_group(group: InstanceGroup) -> InstanceGroup:
 
 
 def _build_state(
-    reg: InstanceRegistration, groups: dict[str, InstanceGroup]
+    reg: InstanceRegistration, groups: dict[str, InstanceGroup], limits: ManagerLimits
 ) -> tuple[InstanceState, RegistrationResult]:
     """Validate a registration against ``groups``; build its fresh state and result."""
     iid = reg.instance_id
@@ -616,6 +683,13 @@ def _build_state(
     spec = EngineSpec(model="lru", ttl_ns=group.ttl_seconds * _NS_PER_SECOND)
     projection = Projection(spec, block_bytes)
     capacity_blocks = tuple(projection.units(capacity_gb_to_bytes(gb)) for gb in group.capacity_gb)
+    limit = limits.max_tracked_blocks
+    if limit and capacity_blocks[-1] > limit:
+        raise InvalidArgument(
+            f"capacity_gb {group.capacity_gb[-1]!r} of instance group {group.name!r} holds "
+            f"{capacity_blocks[-1]} blocks of {block_bytes} bytes for {where}, more than "
+            f"max_tracked_blocks {limit}: raise --max-tracked-blocks or use a smaller slot"
+        )
     stored = replace(reg, location_spec_infos=specs, location_spec_groups=spec_groups)
     state = InstanceState(stored, group, spec, projection, capacity_blocks)
     return state, RegistrationResult(capacity_blocks, block_bytes, size_full_linear)

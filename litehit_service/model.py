@@ -6,7 +6,7 @@ tokens per block, hit counts and capacities in blocks unless a name says tokens/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from litehit_core import RequestFact
@@ -67,11 +67,18 @@ class InstanceRegistration:
 
 @dataclass(frozen=True, slots=True)
 class RegistrationResult:
-    """Blocks per capacity slot (ascending ``capacity_gb``) and bytes per block."""
+    """Blocks per capacity slot (ascending ``capacity_gb``) and bytes per block.
+
+    ``outcome`` says what the registration did (not part of the wire response, and not
+    compared): ``"created"`` a new instance, ``"unchanged"`` an identical registration of
+    an existing one (state and counters kept), ``"replaced"`` a different registration of
+    an existing id (fresh state).
+    """
 
     estimated_capacity_blocks: tuple[int, ...]
     size_full_only: int
     size_full_linear: int
+    outcome: str = field(default="created", compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,12 @@ from litehit_service.errors import (
     InstanceNotExist,
     InvalidArgument,
     OptimizerError,
+    ReachMaxEntityCapacity,
     RegistryIOError,
     ServiceNotReady,
     Unsupported,
 )
-from litehit_service.manager import THEORETICAL_OFF, OnlineOptimizerManager
+from litehit_service.manager import THEORETICAL_OFF, ManagerLimits, OnlineOptimizerManager
 from litehit_service.model import (
     CapacityResult,
     CapacitySummary,
@@ -441,6 +442,55 @@ def test_reregistration_replaces_with_fresh_state() -> None:
     r = m.trace_query("i1", [A, B], 4)
     assert hits(r) == [0]
     assert r.block_size_tokens == 2
+
+
+def test_identical_reregistration_keeps_state_and_counters(caplog) -> None:
+    m = new_manager()
+    first = m.register_instance(make_reg())  # identical to new_manager's
+    m.trace_query("i1", [A, B], 8)
+    before = snapshot(m)
+    with caplog.at_level("WARNING"):
+        again = m.register_instance(make_reg())
+    assert again == first and again.outcome == "unchanged"
+    assert snapshot(m) == before  # counters kept
+    assert hits(m.trace_query("i1", [A, B], 8)) == [2, 2]  # LRU state kept
+    assert m.instance_replacements == 0 and caplog.records == []
+    changed = m.register_instance(make_reg(block_size=8))
+    assert changed.outcome == "replaced" and m.instance_replacements == 1
+    assert m.list_instances()[0].total_queries == 0
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "instance_id 'i1' re-registered with a different registration" in caplog.text
+
+
+def test_max_instances_is_reach_max_entity_capacity() -> None:
+    m = new_manager(limits=ManagerLimits(max_instances=2))
+    m.register_instance(make_reg("i2"))
+    before = snapshot(m)
+    with pytest.raises(ReachMaxEntityCapacity) as info:
+        m.register_instance(make_reg("i3"))
+    assert str(info.value) == (
+        "instance_id 'i3' cannot be registered: 2 instances are registered and max_instances is 2"
+    )
+    assert snapshot(m) == before
+    m.register_instance(make_reg("i2", block_size=8))  # replacing an existing one is fine
+    m.remove_instance("i2")
+    m.register_instance(make_reg("i3"))
+    with pytest.raises(ValueError, match="max_instances must be an integer >= 0, got -1"):
+        ManagerLimits(max_instances=-1)
+
+
+def test_slot_larger_than_max_tracked_blocks_is_refused() -> None:
+    m = OnlineOptimizerManager(limits=ManagerLimits(max_tracked_blocks=3))
+    m.create_group(make_group(capacity_gb=(SLOT2, 4096 / GIB)))
+    with pytest.raises(InvalidArgument) as info:
+        m.register_instance(make_reg())
+    assert str(info.value) == (
+        f"capacity_gb {4096 / GIB!r} of instance group 'g' holds 4 blocks of 1024 bytes for "
+        "instance_id 'i1', more than max_tracked_blocks 3: raise --max-tracked-blocks or use a "
+        "smaller slot"
+    )
+    m.create_group(make_group("fits", capacity_gb=(SLOT2, 3072 / GIB)))
+    assert m.register_instance(make_reg(group="fits")).estimated_capacity_blocks == (2, 3)
 
 
 def test_get_and_remove_missing_instance() -> None:
