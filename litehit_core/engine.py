@@ -29,10 +29,12 @@ __all__ = ["MODELS", "EngineModel", "EngineSpec", "ReplayEngine", "create_engine
 class ReplayEngine(Protocol):
     """What every replay model offers (see the module docstring).
 
-    ``expired_blocks`` counts blocks whose TTL lapsed while tracked (cumulative).
+    ``expired_blocks`` counts blocks whose TTL lapsed while tracked, ``dropped_blocks``
+    blocks dropped by ``max_tracked_blocks`` (both cumulative).
     """
 
     expired_blocks: int
+    dropped_blocks: int
 
     def process_request(self, block_keys: Sequence[int], now_ns: int = 0) -> RequestFact:
         """Replay one request (normalised keys, head first) at ``now_ns``; its fact."""
@@ -80,11 +82,15 @@ MODELS: dict[str, EngineModel] = {
 class EngineSpec:
     """Which model an instance replays, with its parameters.
 
-    ``model``: a name of :data:`MODELS`; ``ttl_ns``: block lifetime in ns (0 = none).
+    ``model``: a name of :data:`MODELS`; ``ttl_ns``: block lifetime in ns (0 = none);
+    ``max_tracked_blocks``: most distinct blocks the engine tracks (0 = unlimited; beyond
+    it the least recent are dropped, so hits stay exact at every capacity up to it and the
+    theoretical maximum becomes an LRU of that many blocks).
     """
 
     model: str = "lru"
     ttl_ns: int = 0
+    max_tracked_blocks: int = 0
 
     @property
     def description(self) -> EngineModel:
@@ -96,8 +102,13 @@ class EngineSpec:
 
 
 def create_engine(spec: EngineSpec) -> ReplayEngine:
-    """A fresh engine for ``spec``. O(1)."""
+    """A fresh engine for ``spec``. O(1). InvalidRequestError for an unknown model or a
+    negative parameter (the message names the field and value)."""
     description = spec.description
     if spec.ttl_ns < 0:
         raise InvalidRequestError(f"ttl_ns must not be negative, got {spec.ttl_ns}")
-    return description.engine(ttl_ns=spec.ttl_ns)
+    if spec.max_tracked_blocks < 0:
+        raise InvalidRequestError(
+            f"max_tracked_blocks must not be negative, got {spec.max_tracked_blocks}"
+        )
+    return description.engine(ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks)

@@ -24,14 +24,24 @@ interpreter.) A request costs O(n) C-speed dict and list work plus O(runs) Pytho
 operations.
 
 Compaction renumbers live markers 0..L-1 when stale positions exceed twice the live ones
-plus a slack, so U stays O(live blocks). Without TTL no key is ever dropped: any larger
-capacity may still hit it.
+plus a slack, so U stays O(live blocks). Without TTL or a limit no key is ever dropped: any
+larger capacity may still hit it.
 
 TTL (``ttl_ns > 0``): a block survives while ``now - last_access < ttl``. Access times are
 non-decreasing along positions (``now`` is clamped monotone), so expiry is one boundary
 position: markers below it are expired (a miss at every capacity, truncating the prefix
 like a cold block) and never inflate the depth of survivors. One replay is exact for
 "this TTL x every capacity". Expired keys are physically dropped at compaction.
+
+A limit (``max_tracked_blocks = K > 0``) moves the same boundary: after each request the
+least recent live markers beyond K are put below it, so exactly K blocks stay tracked —
+the contents of an LRU of capacity K. Depths of the survivors do not change, so every
+capacity <= K stays exact, and the infinite projection becomes "an LRU of K". The boundary
+only moves forward: it skips whole buckets by their dead counts and finds its place in the
+last bucket by popcounts, so a request pays O(1 + blocks dropped / _W) amortised bucket
+steps plus O(_SHIFT) popcounts, independent of K. Dropped keys leave the dict at the next
+compaction, which a limited engine triggers on tracked (not merely non-dead) blocks, so
+the dict and the position space stay O(K + _SLACK) under any flood of fresh keys.
 """
 
 from __future__ import annotations
@@ -57,12 +67,18 @@ _new_segment = tuple.__new__
 class LiteHit:
     """Exact prefix-hit engine for an LRU of every capacity (capacity-independent).
 
-    ``ttl_ns`` of 0 disables expiry. Memory is O(unique live blocks); see
-    :meth:`memory_usage_bytes`.
+    ``ttl_ns``: block lifetime in ns (0 disables expiry). ``max_tracked_blocks``: most
+    distinct blocks tracked (0 = unlimited); beyond it the least recent are dropped, so
+    facts stay exact at every capacity up to it and the infinite projection is an LRU of
+    that capacity. Memory is O(tracked blocks) (plus dropped or expired keys not yet
+    compacted, at most twice as many plus a constant slack); see :meth:`memory_usage_bytes`.
+    Negative parameters raise :class:`InvalidRequestError`.
     """
 
     __slots__ = (
         "_ttl",
+        "_limit",
+        "_bounded",
         "_pos",
         "_next",
         "_cap",
@@ -77,14 +93,23 @@ class LiteHit:
         "_dead_below",
         "_now",
         "expired_blocks",
+        "dropped_blocks",
     )
 
-    def __init__(self, ttl_ns: int = 0) -> None:
+    def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
         if ttl_ns < 0:
             raise InvalidRequestError(f"ttl_ns must not be negative, got {ttl_ns}")
+        if max_tracked_blocks < 0:
+            raise InvalidRequestError(
+                f"max_tracked_blocks must not be negative, got {max_tracked_blocks}"
+            )
         self._ttl = int(ttl_ns)
+        self._limit = int(max_tracked_blocks)
+        self._bounded = bool(self._ttl or self._limit)
         self.expired_blocks = 0
-        """Cumulative count of blocks whose TTL lapsed while they were resident."""
+        """Cumulative count of blocks whose TTL lapsed while they were tracked."""
+        self.dropped_blocks = 0
+        """Cumulative count of blocks dropped (least recent first) by ``max_tracked_blocks``."""
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -99,6 +124,7 @@ class LiteHit:
         self._ep_time: list[int] = []
         self._now = -(1 << 63)
         self.expired_blocks = 0
+        self.dropped_blocks = 0
         self._alloc(_SLACK)
 
     def _alloc(self, capacity: int, keep: bool = False) -> None:
@@ -117,7 +143,8 @@ class LiteHit:
         self._cap = nb << _SHIFT
 
     def current_unique_blocks(self) -> int:
-        """Distinct blocks currently resident in an unbounded LRU (TTL-expired excluded). O(1)."""
+        """Distinct blocks tracked now: resident in an LRU of ``max_tracked_blocks`` (or an
+        unbounded one), TTL-expired excluded. O(1)."""
         return self._next - self._pexp - (self._dead - self._dead_below)
 
     def memory_usage_bytes(self) -> int:
@@ -149,9 +176,12 @@ class LiteHit:
         Depths are read on the state before the request; then every block is touched,
         tail first. Duplicate keys are dropped after their first occurrence. ``now_ns`` only
         matters with a TTL and is clamped to be non-decreasing.
+        With ``max_tracked_blocks`` the least recent blocks beyond it are dropped afterwards.
         Cost: O(n) C-speed dict/list work plus O(runs) interpreter steps, each with C-speed
         sums over at most ``_SW`` bucket counters and ``U / (_W * _SW)`` super-bucket counters
-        (U = position space, O(live blocks) thanks to compaction).
+        (U = position space, O(live blocks) thanks to compaction); a limit adds amortised
+        O(1 + n / _W) bucket steps and O(_SHIFT) popcounts (see :meth:`_drop`); compaction
+        costs O(L log L) once per at least 2L + ``_SLACK`` new positions (amortised).
         """
         keys = block_keys if type(block_keys) is list else list(block_keys)
         n = len(keys)
@@ -163,6 +193,8 @@ class LiteHit:
         if self._next + n > self._cap:
             self._grow(n)
         if not n:
+            if self._bounded and self._next > 3 * self.current_unique_blocks() + _SLACK:
+                self._compact()  # expiry alone may have left mostly stale positions
             return RequestFact(_EMPTY, 0)
 
         pos = self._pos
@@ -175,13 +207,8 @@ class LiteHit:
             m = olds.index(None)
         except ValueError:
             m = n
-        if pexp and m:
-            j = 0
-            while j < m:
-                if olds[j] < pexp:
-                    m = j
-                    break
-                j += 1
+        if pexp and m and min(olds[:m]) < pexp:
+            m = next(j for j, p in enumerate(olds) if p < pexp)
 
         # Fast paths cover the shapes real traffic has: the cached prefix is one run, or a
         # shared head block (system prompt) then one run, and every later block is new.
@@ -262,12 +289,17 @@ class LiteHit:
             pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
         t += n
         self._next = t
-        if self._ttl:
-            ep_time = self._ep_time
-            if not ep_time or ep_time[-1] != now_ns:
-                self._ep_pos.append(t - n)
-                ep_time.append(now_ns)
-            if t > 3 * self.current_unique_blocks() + _SLACK:
+        if self._bounded:
+            if self._ttl:
+                ep_time = self._ep_time
+                if not ep_time or ep_time[-1] != now_ns:
+                    self._ep_pos.append(t - n)
+                    ep_time.append(now_ns)
+            tracked = t - self._pexp - (dead - self._dead_below)
+            if self._limit and tracked > self._limit:
+                self._drop(tracked - self._limit)
+                tracked = self._limit
+            if t > 3 * tracked + _SLACK:
                 self._compact()
         elif t > 3 * (t - dead) + _SLACK:
             self._compact()
@@ -314,6 +346,64 @@ class LiteHit:
         self.expired_blocks += (new - self._pexp) - (dead_below - self._dead_below)
         self._pexp = new
         self._dead_below = dead_below
+
+    def _drop(self, excess: int) -> None:
+        """Move the lower boundary past the ``excess`` least recent live markers.
+
+        Requires ``0 < excess < current_unique_blocks()``. Whole buckets are skipped by
+        their dead counts (the boundary only moves forward, so each bucket is crossed once
+        between compactions); in the last bucket the place is found by a fixed-point step
+        and, if that does not settle, a binary search: O(_SHIFT) popcounts of one bucket.
+        """
+        self.dropped_blocks += excess
+        p = self._pexp
+        t = self._next
+        mask = self._mask
+        bcnt = self._bcnt
+        dead_skipped = 0
+        while True:
+            b = p >> _SHIFT
+            lo = p & _LOW
+            end = (b + 1) << _SHIFT
+            if end > t:
+                end = t
+            # dead bits never lie at or beyond ``t``, so no upper mask is needed
+            word = mask[b]
+            if lo:
+                word >>= lo
+                dead = word.bit_count()
+            else:
+                dead = bcnt[b]
+            live = end - p - dead
+            if live > excess:
+                break
+            excess -= live
+            dead_skipped += dead
+            p = end
+            if not excess:
+                self._pexp = p
+                self._dead_below += dead_skipped
+                return
+        # The place: the smallest s with ``excess`` live (zero) bits among word's low s
+        # bits. Fixed-point steps s <- excess + dead_in(low s bits) rise from below to it
+        # (one step when no marker there is dead); if three do not settle, a binary search
+        # from the last lower bound to the bucket's end (zeros(x) never decreases in x).
+        s = excess
+        for _ in range(3):
+            step = excess + (word & ((1 << s) - 1)).bit_count()
+            if step == s:
+                break
+            s = step
+        else:
+            hi = end - p
+            while s < hi:
+                mid = (s + hi) >> 1
+                if mid - (word & ((1 << mid) - 1)).bit_count() >= excess:
+                    hi = mid
+                else:
+                    s = mid + 1
+        self._pexp = p + s
+        self._dead_below += dead_skipped + s - excess
 
     def _grow(self, incoming: int) -> None:
         """Extend the position space (no renumbering): amortised O(1) per position."""
@@ -381,7 +471,15 @@ class LiteHit:
             assert total == sum(counts[sb << _SSHIFT : (sb + 1) << _SSHIFT]), f"super {sb} wrong"
         assert self._ep_pos == sorted(self._ep_pos)
         assert self._ep_time == sorted(self._ep_time)
-        assert self.current_unique_blocks() == sum(1 for p in values if p >= pexp)
+        assert len(self._ep_pos) == len(self._ep_time)
+        assert not self._ttl or not self._ep_time or self._ep_time[-1] <= self._now
+        assert 0 <= pexp <= t, f"boundary {pexp} outside [0, {t}]"
+        unique = self.current_unique_blocks()
+        assert unique == sum(1 for p in values if p >= pexp)
+        assert self._bounded == bool(self._ttl or self._limit)
+        assert not self._limit or unique <= self._limit, f"{unique} > {self._limit} tracked"
+        assert self.expired_blocks >= 0 and self.dropped_blocks >= 0
+        assert t <= 3 * unique + _SLACK, f"compaction overdue: {t} positions, {unique} live"
 
 
 def _span_bits(lo: int, hi: int) -> int:

@@ -10,9 +10,12 @@ from hypothesis import strategies as st
 from oracle import NaiveLRU, oracle_hits
 
 from litehit_core import (
+    EngineSpec,
     HitCurveSegment,
     InvalidRequestError,
     LiteHit,
+    ReplayEngine,
+    create_engine,
     project_blocks,
     project_infinite,
 )
@@ -329,3 +332,229 @@ def test_duplicates_against_oracle(trace, exact):
             assert got == expect[i]
         assert all(g <= e for g, e in zip(got, expect[i])) and got[-1] == expect[i][-1]
         assert fact.total_blocks == len(set(trace[i]))
+
+
+# ------------------------------------------------------------ max_tracked_blocks
+LIMITS = [1, 2, 5, 17, 64]
+
+
+def limited_times(rng: random.Random, n: int) -> list[int]:
+    times, now = [], 0
+    for _ in range(n):
+        now += rng.choice([0, 0, 1, 3, 10, 25, 60])
+        times.append(now)
+    return times
+
+
+@pytest.mark.parametrize("ttl", [0, 40, 400])
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("seed", range(3))
+def test_limit_matches_an_lru_of_the_limit(seed, limit, ttl):
+    """At c <= limit exact; beyond it (and at infinity) an LRU of the limit; counters too."""
+    rng = random.Random(seed * 7919 + limit * 31 + ttl)
+    trace = tree_trace(rng, 200, max_new=rng.choice([3, 6, 12]))
+    times = limited_times(rng, len(trace))
+    caps = sorted({1, 2, 3, 5, 8, limit})
+    lh = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
+    free = LiteHit(ttl_ns=ttl)
+    lrus = [NaiveLRU(min(c, limit), ttl) for c in caps]
+    theoretical = NaiveLRU(limit, ttl)
+    for i, keys in enumerate(trace):
+        fact = lh.process_request(keys, times[i])
+        unlimited = free.process_request(keys, times[i])
+        lh._check()
+        expect = [lru.request(keys, times[i]) for lru in lrus]
+        assert [project_blocks(fact, c) for c in caps] == expect, f"request {i}"
+        assert project_infinite(fact) == theoretical.request(keys, times[i]), f"request {i}"
+        for c in caps:
+            if c <= limit:
+                assert project_blocks(fact, c) == project_blocks(unlimited, c)
+        assert lh.current_unique_blocks() == len(theoretical.cache) <= limit
+        assert lh.dropped_blocks == theoretical.evicted
+        assert lh.expired_blocks == theoretical.expired
+    assert lh.dropped_blocks > 0 or ttl  # (a TTL may keep fewer than the limit)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_hypothesis_limit_matches_an_lru_of_the_limit(data):
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = random.Random(seed)
+    n = data.draw(st.integers(1, 80))
+    limit = data.draw(st.integers(1, 40))
+    ttl = data.draw(st.sampled_from([0, 0, 5, 30]))
+    trace = tree_trace(rng, n, max_new=data.draw(st.integers(1, 10)))
+    times = limited_times(rng, n)
+    lh = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
+    caps = list(range(1, limit + 1))
+    lrus = [NaiveLRU(c, ttl) for c in caps]
+    theoretical = NaiveLRU(limit, ttl)
+    for i, keys in enumerate(trace):
+        fact = lh.process_request(keys, times[i])
+        lh._check()
+        assert [project_blocks(fact, c) for c in caps] == [
+            lru.request(keys, times[i]) for lru in lrus
+        ]
+        assert project_infinite(fact) == theoretical.request(keys, times[i])
+        assert lh.dropped_blocks == theoretical.evicted
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 12), max_size=8), max_size=40),
+    st.integers(1, 6),
+)
+def test_limit_with_non_contract_input_infinite_exact(trace, limit):
+    """Arbitrary keys under a limit: never optimistic, infinity is an LRU of the limit."""
+    lh = LiteHit(max_tracked_blocks=limit)
+    lrus = [NaiveLRU(c) for c in range(1, limit + 1)]
+    for keys in trace:
+        fact = lh.process_request(keys)
+        lh._check()
+        got = [project_blocks(fact, c) for c in range(1, limit + 1)]
+        expect = [lru.request(keys) for lru in lrus]
+        assert all(g <= e for g, e in zip(got, expect))
+        assert project_infinite(fact) == expect[-1]
+
+
+def test_limit_drops_least_recent_and_misses_them_everywhere():
+    lh = LiteHit(max_tracked_blocks=3)
+    lh.process_request([A, B])
+    lh.process_request([C, D])  # recency (most recent first): C D A B -> B dropped
+    assert lh.current_unique_blocks() == 3 and lh.dropped_blocks == 1
+    lh._check()
+    fact = lh.process_request([A, B])  # A at depth 3 hits from 3, B is gone
+    assert fact.hit_curve == (HitCurveSegment(3, 1),)
+    assert project_infinite(fact) == 1
+    assert lh.dropped_blocks == 2  # now A B C tracked, D dropped
+    lh._check()
+
+
+def test_create_engine_passes_the_limit():
+    engine = create_engine(EngineSpec(ttl_ns=5, max_tracked_blocks=2))
+    assert isinstance(engine, ReplayEngine)
+    engine.process_request([A, B, C])
+    assert engine.current_unique_blocks() == 2 and engine.dropped_blocks == 1
+    with pytest.raises(
+        InvalidRequestError, match="max_tracked_blocks must not be negative, got -1"
+    ):
+        create_engine(EngineSpec(max_tracked_blocks=-1))
+
+
+def test_limit_and_ttl_count_separately():
+    lh = LiteHit(ttl_ns=10, max_tracked_blocks=2)
+    lh.process_request([A], now_ns=0)
+    lh.process_request([B, C], now_ns=5)  # B C A -> A dropped (limit)
+    assert (lh.dropped_blocks, lh.expired_blocks) == (1, 0)
+    lh.process_request([D], now_ns=15)  # B, C expire (age 10) before the request
+    assert (lh.dropped_blocks, lh.expired_blocks) == (1, 2)
+    assert lh.current_unique_blocks() == 1
+    assert project_infinite(lh.process_request([A], now_ns=16)) == 0
+    lh._check()
+
+
+def test_request_larger_than_the_limit_keeps_its_head():
+    lh = LiteHit(max_tracked_blocks=4)
+    keys = list(range(100, 110))
+    lh.process_request(keys)
+    assert lh.current_unique_blocks() == 4 and lh.dropped_blocks == 6
+    assert project_infinite(lh.process_request(keys)) == 4
+    lh._check()
+
+
+def test_limit_zero_is_unlimited_and_facts_are_identical():
+    rng = random.Random(5)
+    trace = tree_trace(rng, 400, max_new=8)
+    a, b = LiteHit(), LiteHit(max_tracked_blocks=0)
+    for keys in trace:
+        assert a.process_request(keys) == b.process_request(keys)
+    assert b.dropped_blocks == 0 and a.current_unique_blocks() == b.current_unique_blocks()
+    b._check()
+
+
+def test_negative_limit_rejected():
+    with pytest.raises(InvalidRequestError, match="must not be negative, got -3"):
+        LiteHit(max_tracked_blocks=-3)
+
+
+@pytest.mark.parametrize("ttl", [0, 1000])
+def test_flood_of_fresh_keys_stays_bounded(ttl):
+    """200k fresh keys through a limit of 500: dict and position space stay O(limit)."""
+    limit = 500
+    slack = 1 << 14
+    lh = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
+    biggest_dict = biggest_space = 0
+    for i in range(200_000 // 32):
+        lh.process_request(list(range(10**12 + 32 * i, 10**12 + 32 * i + 32)), now_ns=i)
+        biggest_dict = max(biggest_dict, len(lh._pos))
+        biggest_space = max(biggest_space, lh._next)
+        if i % 1000 == 0:
+            lh._check()
+    lh._check()
+    assert lh.current_unique_blocks() == limit
+    assert biggest_dict <= 3 * limit + slack + 32
+    assert biggest_space <= 3 * limit + slack + 32
+    assert lh._cap <= 2 * (3 * limit + slack + 64) + slack + (1 << 15)
+    assert lh.dropped_blocks == 200_000 - limit
+    assert lh.expired_blocks == 0
+    # the newest blocks are still there: the last request hits at every capacity >= 32
+    last = list(range(10**12 + 200_000 - 32, 10**12 + 200_000))
+    assert project_blocks(lh.process_request(last), 32) == 32
+
+
+def test_limit_with_hot_set_and_churn_keeps_hot_blocks():
+    """A hot chain re-touched between floods stays tracked (it is never least recent)."""
+    limit = 200
+    lh = LiteHit(max_tracked_blocks=limit)
+    hot = list(range(1, 51))
+    lru = NaiveLRU(limit)
+    fresh = 10**9
+    for i in range(3000):
+        keys = hot if i % 3 == 0 else list(range(fresh, fresh + 40))
+        fresh += 40
+        fact = lh.process_request(keys)
+        assert project_infinite(fact) == lru.request(keys)
+        if keys is hot and i:
+            assert fact.hit_curve == (HitCurveSegment(81, 50),)  # behind two floods of 40
+    lh._check()
+    assert lh.dropped_blocks == lru.evicted
+    assert len(lh._pos) <= 3 * limit + (1 << 14) + 40
+
+
+def test_boundary_crosses_long_dead_runs():
+    """The boundary's bucket holds a long run of dead markers (fixed point does not settle)."""
+    limit = 1000
+    lh = LiteHit(max_tracked_blocks=limit)
+    lru = NaiveLRU(limit)
+    trace = [list(range(1000)), list(range(1, 999))]
+    trace += [[10_000 + i] for i in range(30)]
+    trace += [list(range(20_000 + 50 * i, 20_000 + 50 * i + 50)) for i in range(200)]
+    for keys in trace:
+        fact = lh.process_request(keys)
+        lh._check()
+        assert project_infinite(fact) == lru.request(keys)
+        assert lh.dropped_blocks == lru.evicted
+    assert lh.current_unique_blocks() == limit
+
+
+@pytest.mark.parametrize("limit", [700, 5000])
+def test_limit_on_a_long_trace_across_buckets(limit):
+    """Many buckets of dead and live markers below and above a moving boundary."""
+    rng = random.Random(limit)
+    trace = tree_trace(rng, 3000, max_new=12)
+    lh = LiteHit(max_tracked_blocks=limit)
+    free = LiteHit()
+    caps = [1, 50, limit // 2, limit]
+    lrus = [NaiveLRU(c) for c in caps]
+    for i, keys in enumerate(trace):
+        fact = lh.process_request(keys)
+        unlimited = free.process_request(keys)
+        assert [project_blocks(fact, c) for c in caps] == [lru.request(keys) for lru in lrus]
+        assert [project_blocks(fact, c) for c in caps] == [
+            project_blocks(unlimited, c) for c in caps
+        ]
+        assert project_infinite(fact) == project_blocks(fact, limit)
+        if i % 300 == 0:
+            lh._check()
+    lh._check()
+    assert lh.dropped_blocks == lrus[-1].evicted > 0
