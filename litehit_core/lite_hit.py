@@ -52,7 +52,10 @@ from collections.abc import Sequence
 from itertools import groupby, islice
 from operator import add
 
+import numpy as np
+
 from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+from litehit_core.state import STATE_FORMAT_VERSION, EngineState
 
 _SHIFT = 12  # bucket = 4096 positions (one Python int bit mask each); chosen by measurement
 _W = 1 << _SHIFT
@@ -61,6 +64,9 @@ _SSHIFT = 3  # super-bucket = 8 buckets; chosen by measurement
 _SW = 1 << _SSHIFT
 _SLACK = 1 << 14  # positions of slack before compaction / growth
 _EMPTY: tuple[HitCurveSegment, ...] = ()
+_MODEL = "lru"  # this engine's name in litehit_core.engine.MODELS and in its states
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
 _new_segment = tuple.__new__
 
 
@@ -122,10 +128,105 @@ class LiteHit:
         self._dead_below = 0
         self._ep_pos: list[int] = []
         self._ep_time: list[int] = []
-        self._now = -(1 << 63)
+        self._now = _INT64_MIN
         self.expired_blocks = 0
         self.dropped_blocks = 0
         self._alloc(_SLACK)
+
+    def export_state(self) -> EngineState:
+        """The engine's state for a durable snapshot (see :class:`EngineState`).
+
+        Exactly what a compaction keeps: the tracked keys least recent first, their access
+        times per run (with TTL), the clock and the counters. The engine is unchanged.
+        Cost: O(D + U) C-speed numpy work and memory (D = dict entries, U = position space,
+        both O(tracked blocks + slack)): keys and positions are read with ``np.fromiter``
+        and put in order by scattering them at their positions (no sort), expired or
+        dropped ones cut off at the boundary; epochs by one ``np.searchsorted``.
+        InvalidRequestError if a key does not fit in int64 (keys of the service and the
+        trace readers always do).
+        """
+        pos = self._pos
+        n = len(pos)
+        pexp = self._pexp
+        try:
+            keys = np.fromiter(pos.keys(), np.int64, n)
+        except (OverflowError, TypeError) as exc:
+            raise InvalidRequestError(f"export_state needs int64 block keys: {exc}") from None
+        positions = np.fromiter(pos.values(), np.int64, n)
+        if pexp:
+            kept = positions >= pexp
+            keys = keys[kept]
+            positions = positions[kept]
+            positions -= pexp
+        span = self._next - pexp
+        present = np.zeros(span, np.bool_)
+        present[positions] = True
+        by_position = np.empty(span, np.int64)
+        by_position[positions] = keys
+        keys = by_position[present]
+        if self._ttl and len(keys):
+            ordered = np.flatnonzero(present)
+            ordered += pexp
+            epoch = np.searchsorted(np.array(self._ep_pos, np.int64), ordered, "right") - 1
+            times = np.array(self._ep_time, np.int64)[epoch]
+            starts = np.flatnonzero(times[1:] != times[:-1])
+            starts += 1
+            starts = np.concatenate((np.zeros(1, np.int64), starts.astype(np.int64)))
+            epoch_times = times[starts]
+        else:
+            starts = np.zeros(0, np.int64)
+            epoch_times = np.zeros(0, np.int64)
+        for array in (keys, starts, epoch_times):
+            array.flags.writeable = False
+        return EngineState(
+            model=_MODEL,
+            format_version=STATE_FORMAT_VERSION,
+            keys=keys,
+            epoch_starts=starts,
+            epoch_times=epoch_times,
+            now_ns=self._now,
+            expired_blocks=self.expired_blocks,
+            dropped_blocks=self.dropped_blocks,
+        )
+
+    @classmethod
+    def from_state(cls, state: EngineState, ttl_ns: int, max_tracked_blocks: int) -> LiteHit:
+        """An engine that continues exactly where the one that exported ``state`` stopped.
+
+        ``ttl_ns`` and ``max_tracked_blocks`` are the engine's parameters (normally those of
+        the exporting engine). A smaller limit than the state's key count drops the least
+        recent keys at once (counted in ``dropped_blocks``), as a shrinking LRU would; a
+        different TTL applies to the stored access times. The state is validated first:
+        InvalidRequestError, naming the field, for a wrong model or format version, arrays
+        that are not one-dimensional int64, duplicate keys, epochs that do not start at 0,
+        do not strictly increase, lie beyond the keys or after ``now_ns``, a state without
+        access times for an engine with TTL, or negative counters.
+        Cost: O(n) C-speed work for n keys (``dict(zip(keys.tolist(), range(n)))``) plus
+        O(n / _W) for the bucket arrays; the validation is O(n) numpy work.
+        """
+        engine = cls(ttl_ns=ttl_ns, max_tracked_blocks=max_tracked_blocks)
+        keys, starts, times = _validated_arrays(state, engine._ttl)
+        n = len(keys)
+        pos = dict(zip(keys.tolist(), range(n)))
+        if len(pos) != n:
+            raise InvalidRequestError(
+                f"state.keys must be distinct, got {n - len(pos)} duplicate(s) in {n} keys"
+            )
+        engine._pos = pos
+        engine._next = n
+        engine._alloc(2 * n + _SLACK)
+        if engine._ttl:
+            engine._ep_pos = starts.tolist()
+            engine._ep_time = times.tolist()
+        engine._now = int(state.now_ns)
+        engine.expired_blocks = int(state.expired_blocks)
+        engine.dropped_blocks = int(state.dropped_blocks)
+        limit = engine._limit
+        if limit and n > limit:
+            engine._drop(n - limit)
+            if n > 3 * limit + _SLACK:
+                engine._compact()
+        return engine
 
     def _alloc(self, capacity: int, keep: bool = False) -> None:
         """Size the bucket arrays for ``capacity`` positions; ``keep`` extends in place."""
@@ -480,6 +581,69 @@ class LiteHit:
         assert not self._limit or unique <= self._limit, f"{unique} > {self._limit} tracked"
         assert self.expired_blocks >= 0 and self.dropped_blocks >= 0
         assert t <= 3 * unique + _SLACK, f"compaction overdue: {t} positions, {unique} live"
+
+
+def _validated_arrays(state: EngineState, ttl: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``state``'s keys, epoch starts and epoch times, checked for :meth:`LiteHit.from_state`.
+
+    O(n + E) numpy work. InvalidRequestError naming the field for any inconsistency.
+    """
+    if not isinstance(state, EngineState):
+        raise InvalidRequestError(f"state must be an EngineState, got {type(state).__name__}")
+    if state.model != _MODEL:
+        raise InvalidRequestError(f"state.model must be {_MODEL!r}, got {state.model!r}")
+    if state.format_version != STATE_FORMAT_VERSION:
+        raise InvalidRequestError(
+            f"state.format_version must be {STATE_FORMAT_VERSION}, got {state.format_version!r}"
+        )
+    for name in ("now_ns", "expired_blocks", "dropped_blocks"):
+        value = getattr(state, name)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            raise InvalidRequestError(f"state.{name} must be an integer, got {value!r}")
+        low = _INT64_MIN if name == "now_ns" else 0
+        if not low <= value <= _INT64_MAX:
+            raise InvalidRequestError(f"state.{name} must be in [{low}, {_INT64_MAX}], got {value}")
+    arrays = []
+    for name in ("keys", "epoch_starts", "epoch_times"):
+        array = getattr(state, name)
+        if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype != np.int64:
+            shown = (
+                f"{array.ndim}-d {array.dtype} array"
+                if isinstance(array, np.ndarray)
+                else type(array).__name__
+            )
+            raise InvalidRequestError(f"state.{name} must be a 1-d int64 array, got a {shown}")
+        arrays.append(array)
+    keys, starts, times = arrays
+    n, epochs = len(keys), len(starts)
+    if len(times) != epochs:
+        raise InvalidRequestError(
+            f"state.epoch_starts and state.epoch_times must have one length, "
+            f"got {epochs} and {len(times)}"
+        )
+    if epochs:
+        if not n:
+            raise InvalidRequestError(f"state has {epochs} epoch(s) but no keys")
+        if starts[0] != 0:
+            raise InvalidRequestError(f"state.epoch_starts[0] must be 0, got {starts[0]}")
+        if starts[-1] >= n:
+            raise InvalidRequestError(
+                f"state.epoch_starts must lie below len(keys) {n}, got {starts[-1]}"
+            )
+        if epochs > 1 and not (np.all(starts[1:] > starts[:-1]) and np.all(times[1:] > times[:-1])):
+            raise InvalidRequestError(
+                "state.epoch_starts and state.epoch_times must strictly increase"
+            )
+        if times[-1] > state.now_ns:
+            raise InvalidRequestError(
+                f"state.epoch_times must not pass now_ns {state.now_ns}, got {times[-1]}"
+            )
+    elif ttl and n:
+        raise InvalidRequestError(
+            f"state has {n} keys but no access times (epoch_starts is empty); "
+            f"an engine with ttl_ns {ttl} needs them"
+        )
+    return keys, starts, times
 
 
 def _span_bits(lo: int, hi: int) -> int:

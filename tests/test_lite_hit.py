@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import NaiveLRU, oracle_hits
 
 from litehit_core import (
+    STATE_FORMAT_VERSION,
     EngineSpec,
+    EngineState,
     HitCurveSegment,
     InvalidRequestError,
     LiteHit,
@@ -558,3 +562,180 @@ def test_limit_on_a_long_trace_across_buckets(limit):
             lh._check()
     lh._check()
     assert lh.dropped_blocks == lrus[-1].evicted > 0
+
+
+# ------------------------------------------------------------ export / restore
+def assert_states_equal(a: EngineState, b: EngineState) -> None:
+    for field in dataclasses.fields(EngineState):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype == np.int64 and np.array_equal(x, y), field.name
+        else:
+            assert x == y, field.name
+
+
+def continue_both(original: LiteHit, restored: LiteHit, trace, times) -> None:
+    for keys, now in zip(trace, times):
+        assert restored.process_request(keys, now) == original.process_request(keys, now)
+        restored._check()
+        assert restored.current_unique_blocks() == original.current_unique_blocks()
+        assert restored.expired_blocks == original.expired_blocks
+        assert restored.dropped_blocks == original.dropped_blocks
+    assert_states_equal(restored.export_state(), original.export_state())
+
+
+@pytest.mark.parametrize("limit", [0, 3, 40])
+@pytest.mark.parametrize("ttl", [0, 30, 400])
+@pytest.mark.parametrize("seed", range(3))
+def test_restored_engine_continues_exactly(seed, ttl, limit):
+    rng = random.Random(seed * 101 + ttl + limit)
+    trace = tree_trace(rng, 300, max_new=8)
+    times = limited_times(rng, len(trace))
+    cut = rng.randint(0, len(trace))
+    original = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
+    for keys, now in zip(trace[:cut], times[:cut]):
+        original.process_request(keys, now)
+    state = original.export_state()
+    restored = LiteHit.from_state(state, ttl_ns=ttl, max_tracked_blocks=limit)
+    restored._check()
+    assert restored.current_unique_blocks() == original.current_unique_blocks() == len(state.keys)
+    assert_states_equal(restored.export_state(), state)
+    continue_both(original, restored, trace[cut:], times[cut:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_hypothesis_restore_round_trip(data):
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    n = data.draw(st.integers(1, 80))
+    ttl = data.draw(st.sampled_from([0, 5, 40]))
+    limit = data.draw(st.sampled_from([0, 1, 4, 30]))
+    trace = tree_trace(rng, n, max_new=data.draw(st.integers(1, 10)))
+    times = limited_times(rng, n)
+    cut = data.draw(st.integers(0, n))
+    original = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
+    for keys, now in zip(trace[:cut], times[:cut]):
+        original.process_request(keys, now)
+    restored = LiteHit.from_state(original.export_state(), ttl, limit)
+    restored._check()
+    continue_both(original, restored, trace[cut:], times[cut:])
+
+
+@pytest.mark.parametrize("ttl, limit", [(0, 0), (100, 0), (0, 500), (100, 500)])
+def test_restore_of_a_large_state_with_pending_drops(ttl, limit):
+    """Exported while dropped/expired keys still sit in the dict and positions are sparse."""
+    rng = random.Random(11)
+    trace = tree_trace(rng, 4000, max_new=10)
+    times = [i // 4 for i in range(len(trace))]
+    original = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
+    for keys, now in zip(trace[:3000], times[:3000]):
+        original.process_request(keys, now)
+    assert len(original._pos) > original.current_unique_blocks() or not (ttl or limit)
+    state = original.export_state()
+    assert len(state.keys) == original.current_unique_blocks()
+    assert not any(a.flags.writeable for a in (state.keys, state.epoch_starts, state.epoch_times))
+    restored = LiteHit.from_state(state, ttl, limit)
+    restored._check()
+    assert len(restored._pos) == len(state.keys)  # restored compacted
+    continue_both(original, restored, trace[3000:], times[3000:])
+
+
+def test_export_order_and_epochs():
+    lh = LiteHit(ttl_ns=100)
+    lh.process_request([A, B, C], now_ns=10)
+    lh.process_request([D], now_ns=10)
+    lh.process_request([E, A], now_ns=20)
+    state = lh.export_state()
+    assert state.model == "lru" and state.format_version == STATE_FORMAT_VERSION == 1
+    assert state.keys.tolist() == [C, B, D, A, E]  # least recent first
+    assert state.epoch_starts.tolist() == [0, 3] and state.epoch_times.tolist() == [10, 20]
+    assert (state.now_ns, state.expired_blocks, state.dropped_blocks) == (20, 0, 0)
+    plain = LiteHit()
+    plain.process_request([A, B])
+    state = plain.export_state()
+    assert state.keys.tolist() == [B, A] and len(state.epoch_starts) == 0
+    assert len(state.epoch_times) == 0 and state.now_ns == -(2**63)
+    empty = LiteHit(ttl_ns=5).export_state()
+    assert len(empty.keys) == 0 and LiteHit.from_state(empty, 5, 0).current_unique_blocks() == 0
+
+
+def test_restore_with_a_smaller_limit_drops_the_least_recent():
+    lh = LiteHit()
+    lh.process_request(list(range(100, 110)))
+    restored = LiteHit.from_state(lh.export_state(), ttl_ns=0, max_tracked_blocks=4)
+    restored._check()
+    assert restored.current_unique_blocks() == 4 and restored.dropped_blocks == 6
+    assert restored.export_state().keys.tolist() == [103, 102, 101, 100]
+
+
+def test_create_engine_restores_a_state_of_its_model():
+    spec = EngineSpec(ttl_ns=50, max_tracked_blocks=10)
+    engine = create_engine(spec)
+    engine.process_request([A, B, C], 7)
+    restored = create_engine(spec, engine.export_state())
+    assert isinstance(restored, LiteHit)
+    assert restored.process_request([A, B], 8) == engine.process_request([A, B], 8)
+    foreign = dataclasses.replace(engine.export_state(), model="swa")
+    with pytest.raises(
+        InvalidRequestError, match="state.model must be the spec's 'lru', got 'swa'"
+    ):
+        create_engine(spec, foreign)
+
+
+def test_export_needs_int64_keys():
+    lh = LiteHit()
+    lh.process_request([2**64])
+    with pytest.raises(InvalidRequestError, match="int64 block keys"):
+        lh.export_state()
+
+
+def _state(**changes):
+    lh = LiteHit(ttl_ns=100)
+    lh.process_request([A, B, C], now_ns=10)
+    lh.process_request([D], now_ns=20)
+    return dataclasses.replace(lh.export_state(), **changes)
+
+
+def i64(*values):
+    return np.array(values, np.int64)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"model": "swa"}, "state.model must be 'lru', got 'swa'"),
+        ({"format_version": 2}, "state.format_version must be 1, got 2"),
+        ({"keys": [3, 2, 1, 4]}, "state.keys must be a 1-d int64 array, got a list"),
+        ({"keys": i64(3, 2, 1, 4).astype(np.int32)}, "1-d int64 array, got a 1-d int32"),
+        ({"keys": i64(3, 2, 1, 4).reshape(2, 2)}, "got a 2-d int64 array"),
+        ({"keys": i64(3, 2, 3, 4)}, "state.keys must be distinct, got 1 duplicate"),
+        ({"epoch_times": i64(10)}, "must have one length, got 2 and 1"),
+        ({"epoch_starts": i64(1, 3)}, r"state.epoch_starts\[0\] must be 0, got 1"),
+        ({"epoch_starts": i64(0, 4)}, "must lie below len\\(keys\\) 4, got 4"),
+        ({"epoch_starts": i64(0, 0)}, "must strictly increase"),
+        ({"epoch_times": i64(20, 10)}, "must strictly increase"),
+        ({"epoch_times": i64(10, 30)}, "must not pass now_ns 20, got 30"),
+        ({"epoch_starts": i64(), "epoch_times": i64()}, "4 keys but no access times"),
+        ({"keys": i64(), "epoch_starts": i64(0)}, "must have one length"),
+        ({"keys": i64()}, "2 epoch\\(s\\) but no keys"),
+        ({"expired_blocks": -1}, "state.expired_blocks must be in \\[0, "),
+        ({"dropped_blocks": 1.5}, "state.dropped_blocks must be an integer, got 1.5"),
+        ({"now_ns": True}, "state.now_ns must be an integer, got True"),
+        ({"now_ns": 2**63}, "state.now_ns must be in"),
+    ],
+)
+def test_inconsistent_state_is_rejected(changes, message):
+    state = _state(**changes)
+    with pytest.raises(InvalidRequestError, match=message):
+        LiteHit.from_state(state, ttl_ns=100, max_tracked_blocks=0)
+
+
+def test_state_without_times_restores_without_ttl_only():
+    lh = LiteHit()
+    lh.process_request([A, B])
+    state = lh.export_state()
+    assert LiteHit.from_state(state, 0, 0).current_unique_blocks() == 2
+    with pytest.raises(InvalidRequestError, match="an engine with ttl_ns 9 needs them"):
+        LiteHit.from_state(state, 9, 0)
+    with pytest.raises(InvalidRequestError, match="state must be an EngineState, got dict"):
+        LiteHit.from_state({}, 0, 0)  # type: ignore[arg-type]
