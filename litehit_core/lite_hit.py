@@ -63,6 +63,7 @@ _LOW = _W - 1
 _SSHIFT = 3  # super-bucket = 8 buckets; chosen by measurement
 _SW = 1 << _SSHIFT
 _SLACK = 1 << 14  # positions of slack before compaction / growth
+_SAMPLE = 128  # keys sampled (oldest and newest) to size the key ints
 _EMPTY: tuple[HitCurveSegment, ...] = ()
 _MODEL = "lru"  # this engine's name in litehit_core.engine.MODELS and in its states
 _INT64_MIN = -(1 << 63)
@@ -249,25 +250,55 @@ class LiteHit:
         return self._next - self._pexp - (self._dead - self._dead_below)
 
     def memory_usage_bytes(self) -> int:
-        """Estimated bytes held by this engine. O(1).
+        """Estimated bytes of process memory this engine holds now (what RSS grew by).
 
-        The key -> position dict (``sys.getsizeof``, exact for the table) plus the int
-        objects it keeps alive: keys sized from a sample of up to 64 of them, positions at
-        the int size of the largest position; plus the bucket arrays and TTL epoch lists.
-        Ints cached by the interpreter are counted too, so this leans high.
+        Objects are counted at their allocated size, not ``sys.getsizeof``: CPython's small
+        object allocator hands out multiples of 16 bytes, so an int of 28 bytes (|v| < 2**30)
+        or 32 bytes (< 2**60) takes 32, one of 36 bytes (a 64-bit hash) takes 48. Counted:
+
+        - the key -> position dict's table (``sys.getsizeof``: index and entry arrays as
+          allocated, over-allocation included; CPython writes all of it when it allocates);
+        - one int object per key, sized from a sample of the oldest and newest keys
+          (interpreter-cached small ints are counted too: at most 262 of them);
+        - one int object per position (a fresh int per touch, kept by the dict);
+        - dropped or expired keys not compacted yet (they are still in the dict);
+        - the bucket lists with their nonzero dead-marker masks and counters, and the TTL
+          epoch lists.
+
+        Not counted: memory the allocators keep after a compaction freed it (freed dict
+        tables below glibc's mmap threshold, partly used pymalloc arenas). A bounded
+        engine (TTL or ``max_tracked_blocks``) under churn shrinks at each compaction, and
+        for small engines (peak dict tables of a few MiB) the process keeps part of the
+        freed memory until the engine regrows into it; ``bench/bench_memory.py`` measures
+        this against RSS. Cost: O(_SAMPLE) plus C-speed O(U / _W) over the bucket masks.
         """
         getsizeof = sys.getsizeof
+        total = self._dict_bytes() + getsizeof(self)
+        mask = self._mask
+        total += getsizeof(mask) + getsizeof(self._bcnt) + getsizeof(self._scnt)
+        nonzero = len(mask) - mask.count(0)
+        if nonzero:
+            # big masks go to malloc (16-byte header), small ones round up: ~16 bytes each;
+            # each dirty bucket has a dead count (and at most one super-bucket count) int
+            total += sum(map(getsizeof, filter(None, mask))) + nonzero * (16 + 32)
+        ep_pos = self._ep_pos
+        if ep_pos:
+            total += getsizeof(ep_pos) + getsizeof(self._ep_time)
+            total += len(ep_pos) * (32 + _allocated(self._ep_time[-1]))
+        return total
+
+    def _dict_bytes(self) -> int:
+        """Allocated bytes of the dict: table + key ints + position ints. O(_SAMPLE)."""
         pos = self._pos
         n = len(pos)
-        total = getsizeof(pos)
+        total = sys.getsizeof(pos)
         if n:
-            sample = list(islice(pos, 64))
-            total += n * sum(map(getsizeof, sample)) // len(sample)
-            total += n * getsizeof(max(self._next, 1))
-        nb = self._nb
-        total += getsizeof(self._mask) + getsizeof(self._bcnt) + getsizeof(self._scnt)
-        total += self._dead and min(nb, self._dead) * (getsizeof(1 << (_W - 1)) + 28)
-        total += getsizeof(self._ep_pos) + getsizeof(self._ep_time) + 56 * len(self._ep_pos)
+            half = _SAMPLE // 2
+            sample = list(islice(pos, half))
+            if n > half:
+                sample += islice(reversed(pos), min(half, n - half))
+            total += n * sum(map(_allocated, sample)) // len(sample)
+            total += n * _allocated(max(self._next - 1, 1))
         return total
 
     # --------------------------------------------------------------- the work
@@ -511,7 +542,12 @@ class LiteHit:
         self._alloc(2 * (self._next + incoming) + _SLACK, keep=True)
 
     def _compact(self) -> None:
-        """Renumber surviving markers to 0..L-1 (order kept); drop expired keys. O(L log L)."""
+        """Renumber surviving markers to 0..L-1 (order kept); drop expired and dropped keys.
+
+        O(D log D) for D dict entries. The old dict is cleared before the new one is built,
+        so its table, position ints and dropped keys are free for the new dict to reuse
+        (the process never holds two generations of positions).
+        """
         pos = self._pos
         pexp = self._pexp
         if pexp:
@@ -534,6 +570,7 @@ class LiteHit:
         else:
             self._ep_pos, self._ep_time = [], []
         n_live = len(live)
+        pos.clear()  # frees the old table, positions and dropped keys first
         self._pos = dict(zip(live, range(n_live)))
         self._next = n_live
         self._dead = 0
@@ -644,6 +681,11 @@ def _validated_arrays(state: EngineState, ttl: int) -> tuple[np.ndarray, np.ndar
             f"an engine with ttl_ns {ttl} needs them"
         )
     return keys, starts, times
+
+
+def _allocated(value: object) -> int:
+    """Bytes the small-object allocator takes for ``value``: its size rounded up to 16."""
+    return (sys.getsizeof(value) + 15) & ~15
 
 
 def _span_bits(lo: int, hi: int) -> int:

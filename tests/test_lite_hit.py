@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -739,3 +740,48 @@ def test_state_without_times_restores_without_ttl_only():
         LiteHit.from_state(state, 9, 0)
     with pytest.raises(InvalidRequestError, match="state must be an EngineState, got dict"):
         LiteHit.from_state({}, 0, 0)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------ memory estimate
+def test_memory_estimate_counts_int_objects_at_their_allocated_size():
+    """A key of 64 bits takes 48 bytes (36 rounded up to 16), one below 2**30 takes 32."""
+    n = 20_000
+    small, big = LiteHit(), LiteHit()
+    for i in range(0, n, 50):
+        small.process_request(list(range(10**6 + i, 10**6 + i + 50)))
+        big.process_request(list(range(2**62 + i, 2**62 + i + 50)))
+    assert sys.getsizeof(small._pos) == sys.getsizeof(big._pos)
+    assert big.memory_usage_bytes() - small.memory_usage_bytes() == n * (48 - 32)
+    empty = LiteHit().memory_usage_bytes()
+    # table (>= 24-byte entry + index slot) + key int + position int per block
+    assert big.memory_usage_bytes() - empty >= n * (24 + 4 + 48 + 32)
+
+
+def test_memory_estimate_grows_with_the_dict_and_counts_dropped_keys():
+    limit = 1000
+    lh = LiteHit(max_tracked_blocks=limit)
+    seen = []
+    for i in range(2000):
+        lh.process_request(list(range(2**62 + 10 * i, 2**62 + 10 * i + 10)))
+        seen.append((len(lh._pos), lh.memory_usage_bytes()))
+    assert lh.current_unique_blocks() == limit
+    # dropped keys stay in the dict until compaction, and the estimate counts them
+    before = max(seen)
+    assert before[0] > 10 * limit and before[1] >= before[0] * (48 + 32 + 24)
+    # the dict grows between compactions, and the estimate never falls while it does
+    for (size, memory), (next_size, next_memory) in zip(seen, seen[1:]):
+        if next_size > size:
+            assert next_memory >= memory
+    # compaction physically drops them: the estimate falls with the dict
+    after = min(s for s in seen if s[0] < before[0])
+    assert after[0] < before[0] and after[1] < before[1]
+
+
+def test_memory_estimate_counts_the_bucket_masks_and_ttl_epochs():
+    lh = LiteHit(ttl_ns=10**12)
+    lh.process_request(list(range(2**62, 2**62 + 5000)), now_ns=1)
+    clean = lh.memory_usage_bytes()
+    for i in range(2, 200):  # re-touches leave dead markers (dirty buckets), new epochs
+        lh.process_request(list(range(2**62, 2**62 + 25)), now_ns=i)
+    assert lh._ep_pos and lh._mask.count(0) < len(lh._mask)
+    assert lh.memory_usage_bytes() > clean + 198 * (32 + 48)
