@@ -37,11 +37,14 @@ from litehit_core.projector import (
     project_matrix,
 )
 from litehit_core.query import FactsQuery, QueryChunk, query_facts
+from litehit_core.state import STATE_FORMAT_VERSION, EngineState
 
 __all__ = [
     "MODELS",
     "EngineModel",
     "EngineSpec",
+    "EngineState",
+    "STATE_FORMAT_VERSION",
     "Projection",
     "ReplayEngine",
     "create_engine",

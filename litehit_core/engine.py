@@ -21,18 +21,21 @@ from typing import Protocol, runtime_checkable
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import RequestFact
+from litehit_core.state import EngineState
 
-__all__ = ["MODELS", "EngineModel", "EngineSpec", "ReplayEngine", "create_engine"]
+__all__ = ["MODELS", "EngineModel", "EngineSpec", "EngineState", "ReplayEngine", "create_engine"]
 
 
 @runtime_checkable
 class ReplayEngine(Protocol):
     """What every replay model offers (see the module docstring).
 
-    ``expired_blocks`` counts blocks whose TTL lapsed while tracked (cumulative).
+    ``expired_blocks`` counts blocks whose TTL lapsed while tracked, ``dropped_blocks``
+    blocks dropped by ``max_tracked_blocks`` (both cumulative).
     """
 
     expired_blocks: int
+    dropped_blocks: int
 
     def process_request(self, block_keys: Sequence[int], now_ns: int = 0) -> RequestFact:
         """Replay one request (normalised keys, head first) at ``now_ns``; its fact."""
@@ -48,6 +51,16 @@ class ReplayEngine(Protocol):
 
     def reset(self) -> None:
         """Forget every block and counter (a cold cache)."""
+        ...
+
+    def export_state(self) -> EngineState:
+        """The state a durable snapshot stores (the engine is unchanged). O(tracked blocks)."""
+        ...
+
+    @classmethod
+    def from_state(cls, state: EngineState, ttl_ns: int, max_tracked_blocks: int) -> ReplayEngine:
+        """An engine continuing exactly where ``state``'s exporter stopped; validates
+        ``state`` (InvalidRequestError). O(tracked blocks)."""
         ...
 
     def _check(self) -> None:
@@ -80,11 +93,15 @@ MODELS: dict[str, EngineModel] = {
 class EngineSpec:
     """Which model an instance replays, with its parameters.
 
-    ``model``: a name of :data:`MODELS`; ``ttl_ns``: block lifetime in ns (0 = none).
+    ``model``: a name of :data:`MODELS`; ``ttl_ns``: block lifetime in ns (0 = none);
+    ``max_tracked_blocks``: most distinct blocks the engine tracks (0 = unlimited; beyond
+    it the least recent are dropped, so hits stay exact at every capacity up to it and the
+    theoretical maximum becomes an LRU of that many blocks).
     """
 
     model: str = "lru"
     ttl_ns: int = 0
+    max_tracked_blocks: int = 0
 
     @property
     def description(self) -> EngineModel:
@@ -95,9 +112,23 @@ class EngineSpec:
         return model
 
 
-def create_engine(spec: EngineSpec) -> ReplayEngine:
-    """A fresh engine for ``spec``. O(1)."""
+def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayEngine:
+    """An engine for ``spec``: fresh, or restored from ``state`` (a snapshot of the same
+    model, see :meth:`ReplayEngine.from_state`). O(1) fresh, O(tracked blocks) restored.
+    InvalidRequestError for an unknown model, a negative parameter, a state of another
+    model or an inconsistent state (the message names the field and value)."""
     description = spec.description
     if spec.ttl_ns < 0:
         raise InvalidRequestError(f"ttl_ns must not be negative, got {spec.ttl_ns}")
-    return description.engine(ttl_ns=spec.ttl_ns)
+    if spec.max_tracked_blocks < 0:
+        raise InvalidRequestError(
+            f"max_tracked_blocks must not be negative, got {spec.max_tracked_blocks}"
+        )
+    if state is None:
+        return description.engine(ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks)
+    model = getattr(state, "model", None)
+    if model != spec.model:
+        raise InvalidRequestError(f"state.model must be the spec's {spec.model!r}, got {model!r}")
+    return description.engine.from_state(
+        state, ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks
+    )

@@ -24,14 +24,24 @@ interpreter.) A request costs O(n) C-speed dict and list work plus O(runs) Pytho
 operations.
 
 Compaction renumbers live markers 0..L-1 when stale positions exceed twice the live ones
-plus a slack, so U stays O(live blocks). Without TTL no key is ever dropped: any larger
-capacity may still hit it.
+plus a slack, so U stays O(live blocks). Without TTL or a limit no key is ever dropped: any
+larger capacity may still hit it.
 
 TTL (``ttl_ns > 0``): a block survives while ``now - last_access < ttl``. Access times are
 non-decreasing along positions (``now`` is clamped monotone), so expiry is one boundary
 position: markers below it are expired (a miss at every capacity, truncating the prefix
 like a cold block) and never inflate the depth of survivors. One replay is exact for
 "this TTL x every capacity". Expired keys are physically dropped at compaction.
+
+A limit (``max_tracked_blocks = K > 0``) moves the same boundary: after each request the
+least recent live markers beyond K are put below it, so exactly K blocks stay tracked —
+the contents of an LRU of capacity K. Depths of the survivors do not change, so every
+capacity <= K stays exact, and the infinite projection becomes "an LRU of K". The boundary
+only moves forward: it skips whole buckets by their dead counts and finds its place in the
+last bucket by popcounts, so a request pays O(1 + blocks dropped / _W) amortised bucket
+steps plus O(_SHIFT) popcounts, independent of K. Dropped keys leave the dict at the next
+compaction, which a limited engine triggers on tracked (not merely non-dead) blocks, so
+the dict and the position space stay O(K + _SLACK) under any flood of fresh keys.
 """
 
 from __future__ import annotations
@@ -42,7 +52,10 @@ from collections.abc import Sequence
 from itertools import groupby, islice
 from operator import add
 
+import numpy as np
+
 from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+from litehit_core.state import STATE_FORMAT_VERSION, EngineState
 
 _SHIFT = 12  # bucket = 4096 positions (one Python int bit mask each); chosen by measurement
 _W = 1 << _SHIFT
@@ -50,19 +63,29 @@ _LOW = _W - 1
 _SSHIFT = 3  # super-bucket = 8 buckets; chosen by measurement
 _SW = 1 << _SSHIFT
 _SLACK = 1 << 14  # positions of slack before compaction / growth
+_SAMPLE = 128  # keys sampled (oldest and newest) to size the key ints
 _EMPTY: tuple[HitCurveSegment, ...] = ()
+_MODEL = "lru"  # this engine's name in litehit_core.engine.MODELS and in its states
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
 _new_segment = tuple.__new__
 
 
 class LiteHit:
     """Exact prefix-hit engine for an LRU of every capacity (capacity-independent).
 
-    ``ttl_ns`` of 0 disables expiry. Memory is O(unique live blocks); see
-    :meth:`memory_usage_bytes`.
+    ``ttl_ns``: block lifetime in ns (0 disables expiry). ``max_tracked_blocks``: most
+    distinct blocks tracked (0 = unlimited); beyond it the least recent are dropped, so
+    facts stay exact at every capacity up to it and the infinite projection is an LRU of
+    that capacity. Memory is O(tracked blocks) (plus dropped or expired keys not yet
+    compacted, at most twice as many plus a constant slack); see :meth:`memory_usage_bytes`.
+    Negative parameters raise :class:`InvalidRequestError`.
     """
 
     __slots__ = (
         "_ttl",
+        "_limit",
+        "_bounded",
         "_pos",
         "_next",
         "_cap",
@@ -77,14 +100,23 @@ class LiteHit:
         "_dead_below",
         "_now",
         "expired_blocks",
+        "dropped_blocks",
     )
 
-    def __init__(self, ttl_ns: int = 0) -> None:
+    def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
         if ttl_ns < 0:
             raise InvalidRequestError(f"ttl_ns must not be negative, got {ttl_ns}")
+        if max_tracked_blocks < 0:
+            raise InvalidRequestError(
+                f"max_tracked_blocks must not be negative, got {max_tracked_blocks}"
+            )
         self._ttl = int(ttl_ns)
+        self._limit = int(max_tracked_blocks)
+        self._bounded = bool(self._ttl or self._limit)
         self.expired_blocks = 0
-        """Cumulative count of blocks whose TTL lapsed while they were resident."""
+        """Cumulative count of blocks whose TTL lapsed while they were tracked."""
+        self.dropped_blocks = 0
+        """Cumulative count of blocks dropped (least recent first) by ``max_tracked_blocks``."""
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -97,9 +129,105 @@ class LiteHit:
         self._dead_below = 0
         self._ep_pos: list[int] = []
         self._ep_time: list[int] = []
-        self._now = -(1 << 63)
+        self._now = _INT64_MIN
         self.expired_blocks = 0
+        self.dropped_blocks = 0
         self._alloc(_SLACK)
+
+    def export_state(self) -> EngineState:
+        """The engine's state for a durable snapshot (see :class:`EngineState`).
+
+        Exactly what a compaction keeps: the tracked keys least recent first, their access
+        times per run (with TTL), the clock and the counters. The engine is unchanged.
+        Cost: O(D + U) C-speed numpy work and memory (D = dict entries, U = position space,
+        both O(tracked blocks + slack)): keys and positions are read with ``np.fromiter``
+        and put in order by scattering them at their positions (no sort), expired or
+        dropped ones cut off at the boundary; epochs by one ``np.searchsorted``.
+        InvalidRequestError if a key does not fit in int64 (keys of the service and the
+        trace readers always do).
+        """
+        pos = self._pos
+        n = len(pos)
+        pexp = self._pexp
+        try:
+            keys = np.fromiter(pos.keys(), np.int64, n)
+        except (OverflowError, TypeError) as exc:
+            raise InvalidRequestError(f"export_state needs int64 block keys: {exc}") from None
+        positions = np.fromiter(pos.values(), np.int64, n)
+        if pexp:
+            kept = positions >= pexp
+            keys = keys[kept]
+            positions = positions[kept]
+            positions -= pexp
+        span = self._next - pexp
+        present = np.zeros(span, np.bool_)
+        present[positions] = True
+        by_position = np.empty(span, np.int64)
+        by_position[positions] = keys
+        keys = by_position[present]
+        if self._ttl and len(keys):
+            ordered = np.flatnonzero(present)
+            ordered += pexp
+            epoch = np.searchsorted(np.array(self._ep_pos, np.int64), ordered, "right") - 1
+            times = np.array(self._ep_time, np.int64)[epoch]
+            starts = np.flatnonzero(times[1:] != times[:-1])
+            starts += 1
+            starts = np.concatenate((np.zeros(1, np.int64), starts.astype(np.int64)))
+            epoch_times = times[starts]
+        else:
+            starts = np.zeros(0, np.int64)
+            epoch_times = np.zeros(0, np.int64)
+        for array in (keys, starts, epoch_times):
+            array.flags.writeable = False
+        return EngineState(
+            model=_MODEL,
+            format_version=STATE_FORMAT_VERSION,
+            keys=keys,
+            epoch_starts=starts,
+            epoch_times=epoch_times,
+            now_ns=self._now,
+            expired_blocks=self.expired_blocks,
+            dropped_blocks=self.dropped_blocks,
+        )
+
+    @classmethod
+    def from_state(cls, state: EngineState, ttl_ns: int, max_tracked_blocks: int) -> LiteHit:
+        """An engine that continues exactly where the one that exported ``state`` stopped.
+
+        ``ttl_ns`` and ``max_tracked_blocks`` are the engine's parameters (normally those of
+        the exporting engine). A smaller limit than the state's key count drops the least
+        recent keys at once (counted in ``dropped_blocks``), as a shrinking LRU would; a
+        different TTL applies to the stored access times. The state is validated first:
+        InvalidRequestError, naming the field, for a wrong model or format version, arrays
+        that are not one-dimensional int64, duplicate keys, epochs that do not start at 0,
+        do not strictly increase, lie beyond the keys or after ``now_ns``, a state without
+        access times for an engine with TTL, or negative counters.
+        Cost: O(n) C-speed work for n keys (``dict(zip(keys.tolist(), range(n)))``) plus
+        O(n / _W) for the bucket arrays; the validation is O(n) numpy work.
+        """
+        engine = cls(ttl_ns=ttl_ns, max_tracked_blocks=max_tracked_blocks)
+        keys, starts, times = _validated_arrays(state, engine._ttl)
+        n = len(keys)
+        pos = dict(zip(keys.tolist(), range(n)))
+        if len(pos) != n:
+            raise InvalidRequestError(
+                f"state.keys must be distinct, got {n - len(pos)} duplicate(s) in {n} keys"
+            )
+        engine._pos = pos
+        engine._next = n
+        engine._alloc(2 * n + _SLACK)
+        if engine._ttl:
+            engine._ep_pos = starts.tolist()
+            engine._ep_time = times.tolist()
+        engine._now = int(state.now_ns)
+        engine.expired_blocks = int(state.expired_blocks)
+        engine.dropped_blocks = int(state.dropped_blocks)
+        limit = engine._limit
+        if limit and n > limit:
+            engine._drop(n - limit)
+            if n > 3 * limit + _SLACK:
+                engine._compact()
+        return engine
 
     def _alloc(self, capacity: int, keep: bool = False) -> None:
         """Size the bucket arrays for ``capacity`` positions; ``keep`` extends in place."""
@@ -117,29 +245,60 @@ class LiteHit:
         self._cap = nb << _SHIFT
 
     def current_unique_blocks(self) -> int:
-        """Distinct blocks currently resident in an unbounded LRU (TTL-expired excluded). O(1)."""
+        """Distinct blocks tracked now: resident in an LRU of ``max_tracked_blocks`` (or an
+        unbounded one), TTL-expired excluded. O(1)."""
         return self._next - self._pexp - (self._dead - self._dead_below)
 
     def memory_usage_bytes(self) -> int:
-        """Estimated bytes held by this engine. O(1).
+        """Estimated bytes of process memory this engine holds now (what RSS grew by).
 
-        The key -> position dict (``sys.getsizeof``, exact for the table) plus the int
-        objects it keeps alive: keys sized from a sample of up to 64 of them, positions at
-        the int size of the largest position; plus the bucket arrays and TTL epoch lists.
-        Ints cached by the interpreter are counted too, so this leans high.
+        Objects are counted at their allocated size, not ``sys.getsizeof``: CPython's small
+        object allocator hands out multiples of 16 bytes, so an int of 28 bytes (|v| < 2**30)
+        or 32 bytes (< 2**60) takes 32, one of 36 bytes (a 64-bit hash) takes 48. Counted:
+
+        - the key -> position dict's table (``sys.getsizeof``: index and entry arrays as
+          allocated, over-allocation included; CPython writes all of it when it allocates);
+        - one int object per key, sized from a sample of the oldest and newest keys
+          (interpreter-cached small ints are counted too: at most 262 of them);
+        - one int object per position (a fresh int per touch, kept by the dict);
+        - dropped or expired keys not compacted yet (they are still in the dict);
+        - the bucket lists with their nonzero dead-marker masks and counters, and the TTL
+          epoch lists.
+
+        Not counted: memory the allocators keep after a compaction freed it (freed dict
+        tables below glibc's mmap threshold, partly used pymalloc arenas). A bounded
+        engine (TTL or ``max_tracked_blocks``) under churn shrinks at each compaction, and
+        for small engines (peak dict tables of a few MiB) the process keeps part of the
+        freed memory until the engine regrows into it; ``bench/bench_memory.py`` measures
+        this against RSS. Cost: O(_SAMPLE) plus C-speed O(U / _W) over the bucket masks.
         """
         getsizeof = sys.getsizeof
+        total = self._dict_bytes() + getsizeof(self)
+        mask = self._mask
+        total += getsizeof(mask) + getsizeof(self._bcnt) + getsizeof(self._scnt)
+        nonzero = len(mask) - mask.count(0)
+        if nonzero:
+            # big masks go to malloc (16-byte header), small ones round up: ~16 bytes each;
+            # each dirty bucket has a dead count (and at most one super-bucket count) int
+            total += sum(map(getsizeof, filter(None, mask))) + nonzero * (16 + 32)
+        ep_pos = self._ep_pos
+        if ep_pos:
+            total += getsizeof(ep_pos) + getsizeof(self._ep_time)
+            total += len(ep_pos) * (32 + _allocated(self._ep_time[-1]))
+        return total
+
+    def _dict_bytes(self) -> int:
+        """Allocated bytes of the dict: table + key ints + position ints. O(_SAMPLE)."""
         pos = self._pos
         n = len(pos)
-        total = getsizeof(pos)
+        total = sys.getsizeof(pos)
         if n:
-            sample = list(islice(pos, 64))
-            total += n * sum(map(getsizeof, sample)) // len(sample)
-            total += n * getsizeof(max(self._next, 1))
-        nb = self._nb
-        total += getsizeof(self._mask) + getsizeof(self._bcnt) + getsizeof(self._scnt)
-        total += self._dead and min(nb, self._dead) * (getsizeof(1 << (_W - 1)) + 28)
-        total += getsizeof(self._ep_pos) + getsizeof(self._ep_time) + 56 * len(self._ep_pos)
+            half = _SAMPLE // 2
+            sample = list(islice(pos, half))
+            if n > half:
+                sample += islice(reversed(pos), min(half, n - half))
+            total += n * sum(map(_allocated, sample)) // len(sample)
+            total += n * _allocated(max(self._next - 1, 1))
         return total
 
     # --------------------------------------------------------------- the work
@@ -149,9 +308,12 @@ class LiteHit:
         Depths are read on the state before the request; then every block is touched,
         tail first. Duplicate keys are dropped after their first occurrence. ``now_ns`` only
         matters with a TTL and is clamped to be non-decreasing.
+        With ``max_tracked_blocks`` the least recent blocks beyond it are dropped afterwards.
         Cost: O(n) C-speed dict/list work plus O(runs) interpreter steps, each with C-speed
         sums over at most ``_SW`` bucket counters and ``U / (_W * _SW)`` super-bucket counters
-        (U = position space, O(live blocks) thanks to compaction).
+        (U = position space, O(live blocks) thanks to compaction); a limit adds amortised
+        O(1 + n / _W) bucket steps and O(_SHIFT) popcounts (see :meth:`_drop`); compaction
+        costs O(L log L) once per at least 2L + ``_SLACK`` new positions (amortised).
         """
         keys = block_keys if type(block_keys) is list else list(block_keys)
         n = len(keys)
@@ -163,6 +325,8 @@ class LiteHit:
         if self._next + n > self._cap:
             self._grow(n)
         if not n:
+            if self._bounded and self._next > 3 * self.current_unique_blocks() + _SLACK:
+                self._compact()  # expiry alone may have left mostly stale positions
             return RequestFact(_EMPTY, 0)
 
         pos = self._pos
@@ -175,13 +339,8 @@ class LiteHit:
             m = olds.index(None)
         except ValueError:
             m = n
-        if pexp and m:
-            j = 0
-            while j < m:
-                if olds[j] < pexp:
-                    m = j
-                    break
-                j += 1
+        if pexp and m and min(olds[:m]) < pexp:
+            m = next(j for j, p in enumerate(olds) if p < pexp)
 
         # Fast paths cover the shapes real traffic has: the cached prefix is one run, or a
         # shared head block (system prompt) then one run, and every later block is new.
@@ -262,12 +421,17 @@ class LiteHit:
             pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
         t += n
         self._next = t
-        if self._ttl:
-            ep_time = self._ep_time
-            if not ep_time or ep_time[-1] != now_ns:
-                self._ep_pos.append(t - n)
-                ep_time.append(now_ns)
-            if t > 3 * self.current_unique_blocks() + _SLACK:
+        if self._bounded:
+            if self._ttl:
+                ep_time = self._ep_time
+                if not ep_time or ep_time[-1] != now_ns:
+                    self._ep_pos.append(t - n)
+                    ep_time.append(now_ns)
+            tracked = t - self._pexp - (dead - self._dead_below)
+            if self._limit and tracked > self._limit:
+                self._drop(tracked - self._limit)
+                tracked = self._limit
+            if t > 3 * tracked + _SLACK:
                 self._compact()
         elif t > 3 * (t - dead) + _SLACK:
             self._compact()
@@ -315,12 +479,75 @@ class LiteHit:
         self._pexp = new
         self._dead_below = dead_below
 
+    def _drop(self, excess: int) -> None:
+        """Move the lower boundary past the ``excess`` least recent live markers.
+
+        Requires ``0 < excess < current_unique_blocks()``. Whole buckets are skipped by
+        their dead counts (the boundary only moves forward, so each bucket is crossed once
+        between compactions); in the last bucket the place is found by a fixed-point step
+        and, if that does not settle, a binary search: O(_SHIFT) popcounts of one bucket.
+        """
+        self.dropped_blocks += excess
+        p = self._pexp
+        t = self._next
+        mask = self._mask
+        bcnt = self._bcnt
+        dead_skipped = 0
+        while True:
+            b = p >> _SHIFT
+            lo = p & _LOW
+            end = (b + 1) << _SHIFT
+            if end > t:
+                end = t
+            # dead bits never lie at or beyond ``t``, so no upper mask is needed
+            word = mask[b]
+            if lo:
+                word >>= lo
+                dead = word.bit_count()
+            else:
+                dead = bcnt[b]
+            live = end - p - dead
+            if live > excess:
+                break
+            excess -= live
+            dead_skipped += dead
+            p = end
+            if not excess:
+                self._pexp = p
+                self._dead_below += dead_skipped
+                return
+        # The place: the smallest s with ``excess`` live (zero) bits among word's low s
+        # bits. Fixed-point steps s <- excess + dead_in(low s bits) rise from below to it
+        # (one step when no marker there is dead); if three do not settle, a binary search
+        # from the last lower bound to the bucket's end (zeros(x) never decreases in x).
+        s = excess
+        for _ in range(3):
+            step = excess + (word & ((1 << s) - 1)).bit_count()
+            if step == s:
+                break
+            s = step
+        else:
+            hi = end - p
+            while s < hi:
+                mid = (s + hi) >> 1
+                if mid - (word & ((1 << mid) - 1)).bit_count() >= excess:
+                    hi = mid
+                else:
+                    s = mid + 1
+        self._pexp = p + s
+        self._dead_below += dead_skipped + s - excess
+
     def _grow(self, incoming: int) -> None:
         """Extend the position space (no renumbering): amortised O(1) per position."""
         self._alloc(2 * (self._next + incoming) + _SLACK, keep=True)
 
     def _compact(self) -> None:
-        """Renumber surviving markers to 0..L-1 (order kept); drop expired keys. O(L log L)."""
+        """Renumber surviving markers to 0..L-1 (order kept); drop expired and dropped keys.
+
+        O(D log D) for D dict entries. The old dict is cleared before the new one is built,
+        so its table, position ints and dropped keys are free for the new dict to reuse
+        (the process never holds two generations of positions).
+        """
         pos = self._pos
         pexp = self._pexp
         if pexp:
@@ -343,6 +570,7 @@ class LiteHit:
         else:
             self._ep_pos, self._ep_time = [], []
         n_live = len(live)
+        pos.clear()  # frees the old table, positions and dropped keys first
         self._pos = dict(zip(live, range(n_live)))
         self._next = n_live
         self._dead = 0
@@ -381,7 +609,83 @@ class LiteHit:
             assert total == sum(counts[sb << _SSHIFT : (sb + 1) << _SSHIFT]), f"super {sb} wrong"
         assert self._ep_pos == sorted(self._ep_pos)
         assert self._ep_time == sorted(self._ep_time)
-        assert self.current_unique_blocks() == sum(1 for p in values if p >= pexp)
+        assert len(self._ep_pos) == len(self._ep_time)
+        assert not self._ttl or not self._ep_time or self._ep_time[-1] <= self._now
+        assert 0 <= pexp <= t, f"boundary {pexp} outside [0, {t}]"
+        unique = self.current_unique_blocks()
+        assert unique == sum(1 for p in values if p >= pexp)
+        assert self._bounded == bool(self._ttl or self._limit)
+        assert not self._limit or unique <= self._limit, f"{unique} > {self._limit} tracked"
+        assert self.expired_blocks >= 0 and self.dropped_blocks >= 0
+        assert t <= 3 * unique + _SLACK, f"compaction overdue: {t} positions, {unique} live"
+
+
+def _validated_arrays(state: EngineState, ttl: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``state``'s keys, epoch starts and epoch times, checked for :meth:`LiteHit.from_state`.
+
+    O(n + E) numpy work. InvalidRequestError naming the field for any inconsistency.
+    """
+    if not isinstance(state, EngineState):
+        raise InvalidRequestError(f"state must be an EngineState, got {type(state).__name__}")
+    if state.model != _MODEL:
+        raise InvalidRequestError(f"state.model must be {_MODEL!r}, got {state.model!r}")
+    if state.format_version != STATE_FORMAT_VERSION:
+        raise InvalidRequestError(
+            f"state.format_version must be {STATE_FORMAT_VERSION}, got {state.format_version!r}"
+        )
+    for name in ("now_ns", "expired_blocks", "dropped_blocks"):
+        value = getattr(state, name)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            raise InvalidRequestError(f"state.{name} must be an integer, got {value!r}")
+        low = _INT64_MIN if name == "now_ns" else 0
+        if not low <= value <= _INT64_MAX:
+            raise InvalidRequestError(f"state.{name} must be in [{low}, {_INT64_MAX}], got {value}")
+    arrays = []
+    for name in ("keys", "epoch_starts", "epoch_times"):
+        array = getattr(state, name)
+        if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype != np.int64:
+            shown = (
+                f"{array.ndim}-d {array.dtype} array"
+                if isinstance(array, np.ndarray)
+                else type(array).__name__
+            )
+            raise InvalidRequestError(f"state.{name} must be a 1-d int64 array, got a {shown}")
+        arrays.append(array)
+    keys, starts, times = arrays
+    n, epochs = len(keys), len(starts)
+    if len(times) != epochs:
+        raise InvalidRequestError(
+            f"state.epoch_starts and state.epoch_times must have one length, "
+            f"got {epochs} and {len(times)}"
+        )
+    if epochs:
+        if not n:
+            raise InvalidRequestError(f"state has {epochs} epoch(s) but no keys")
+        if starts[0] != 0:
+            raise InvalidRequestError(f"state.epoch_starts[0] must be 0, got {starts[0]}")
+        if starts[-1] >= n:
+            raise InvalidRequestError(
+                f"state.epoch_starts must lie below len(keys) {n}, got {starts[-1]}"
+            )
+        if epochs > 1 and not (np.all(starts[1:] > starts[:-1]) and np.all(times[1:] > times[:-1])):
+            raise InvalidRequestError(
+                "state.epoch_starts and state.epoch_times must strictly increase"
+            )
+        if times[-1] > state.now_ns:
+            raise InvalidRequestError(
+                f"state.epoch_times must not pass now_ns {state.now_ns}, got {times[-1]}"
+            )
+    elif ttl and n:
+        raise InvalidRequestError(
+            f"state has {n} keys but no access times (epoch_starts is empty); "
+            f"an engine with ttl_ns {ttl} needs them"
+        )
+    return keys, starts, times
+
+
+def _allocated(value: object) -> int:
+    """Bytes the small-object allocator takes for ``value``: its size rounded up to 16."""
+    return (sys.getsizeof(value) + 15) & ~15
 
 
 def _span_bits(lo: int, hi: int) -> int:

@@ -3,7 +3,10 @@
 One OrderedDict per capacity; hits are evaluated on the snapshot before the request
 (consecutive cached blocks from the head); then every block is touched tail first.
 With a TTL, entries whose age (now - last access) is >= ttl are purged before the
-request, so they miss and occupy no capacity.
+request, so they miss and occupy no capacity. ``expired`` counts TTL purges, ``evicted``
+capacity evictions (both cumulative); an eviction is a block that leaves the cache over a
+request (one the one-by-one touch evicts and re-inserts within a request is not counted, as
+the engine applies a request whole).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class NaiveLRU:
         self.ttl = ttl
         self.cache: OrderedDict[int, int] = OrderedDict()  # key -> last access time
         self.expired = 0
+        self.evicted = 0
 
     def request(self, keys: Sequence[int], now: int = 0) -> int:
         keys = list(dict.fromkeys(keys))  # contract: dedupe by first occurrence
@@ -32,12 +36,14 @@ class NaiveLRU:
             if k not in self.cache:
                 break
             hits += 1
+        reached = len(self.cache) + sum(1 for k in keys if k not in self.cache)
         for k in reversed(keys):  # tail first: the head ends most recent
             self.cache[k] = now
             self.cache.move_to_end(k)
             if self.capacity is not None:
                 while len(self.cache) > self.capacity:
                     self.cache.popitem(last=False)
+        self.evicted += reached - len(self.cache)
         return hits
 
 
