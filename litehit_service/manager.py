@@ -20,9 +20,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import add
+from typing import Any
+
+from litehit_core.state import EngineState
 
 from litehit_core import (
     MAX_CAPACITY_GB,
@@ -55,7 +59,8 @@ from litehit_service.model import (
     TraceQueryResult,
 )
 from litehit_service.policy import QueryPolicy
-from litehit_service.registry import Registry
+from litehit_service.registry import Registry, group_to_dict, registration_to_dict
+from litehit_service.snapshots import SnapshotError, SnapshotStore
 
 _NS_PER_SECOND = 1_000_000_000
 INT32_MAX = 2**31 - 1
@@ -165,6 +170,7 @@ class InstanceState:
             unique = engine.current_unique_blocks()
             memory = engine.memory_usage_bytes()
             expired = engine.expired_blocks
+            dropped = engine.dropped_blocks
             queries = self.total_queries
             blocks = self.total_blocks_queried
             tokens = self.total_input_tokens
@@ -179,15 +185,16 @@ class InstanceState:
             max_rate = max_hits * bs / tokens if tokens else 0.0
         else:
             max_hits, max_rate = -1, -1.0
-        largest = self.capacity_blocks[-1]
         debug = InstanceDebugInfo(
             block_size=bs,
             unique_keys=unique,
             linear_step=self.registration.linear_step,
-            eviction_count=0,  # LiteHit never evicts per capacity: one replay serves all
+            eviction_count=expired + dropped,
             memory_usage_bytes=memory,
-            kv_cache_usage_bytes=min(unique, largest) * self.block_bytes,
+            kv_cache_usage_bytes=unique * self.block_bytes,
             ttl_eviction_count=expired,
+            max_tracked_blocks=self.spec.max_tracked_blocks,
+            dropped_blocks=dropped,
         )
         return InstanceSummary(
             instance_id=self.instance_id,
@@ -253,7 +260,9 @@ class OnlineOptimizerManager:
     ``registry`` persists configuration (None: memory only); ``policy`` holds the rules
     every query follows (default: :meth:`QueryPolicy.online`; the offline replay passes
     :meth:`QueryPolicy.offline`); ``limits`` bounds what clients can make it hold
-    (default: unlimited; ``litehit serve`` passes :meth:`ManagerLimits.online`).
+    (default: unlimited; ``litehit serve`` passes :meth:`ManagerLimits.online`);
+    ``state_store`` keeps each instance's durable snapshot (None: state is not kept across
+    restarts).
     """
 
     def __init__(
@@ -261,8 +270,11 @@ class OnlineOptimizerManager:
         registry: Registry | None = None,
         policy: QueryPolicy | None = None,
         limits: ManagerLimits | None = None,
+        state_store: SnapshotStore | None = None,
     ) -> None:
         self._registry = registry
+        self.state_store = state_store
+        self.state_stats = StateStats()
         self.policy = policy if policy is not None else QueryPolicy.online()
         self.limits = limits if limits is not None else ManagerLimits()
         self.instance_replacements = 0
@@ -369,6 +381,7 @@ class OnlineOptimizerManager:
                 )
             self._save(lambda r: r.save_instance(state.registration))
             self._instances[iid] = state
+            self._forget_state(iid)
             if existing is None:
                 return result
             self.instance_replacements += 1
@@ -385,6 +398,7 @@ class OnlineOptimizerManager:
             self._require_instance(instance_id)
             self._save(lambda r: r.delete_instance(instance_id))
             del self._instances[instance_id]
+            self._forget_state(instance_id)
 
     def get_instance(self, instance_id: str) -> InstanceRegistration:
         """The registration of ``instance_id``; InstanceNotExist if absent."""
@@ -533,8 +547,131 @@ class OnlineOptimizerManager:
         return [s.summary() for s in states]
 
     def reset_stats(self, instance_id: str) -> None:
-        """Give ``instance_id`` a fresh LiteHit and zeroed counters."""
+        """Give ``instance_id`` a fresh engine and zeroed counters (and drop its snapshot,
+        so a crash cannot bring the old state back)."""
         self._require_instance(instance_id).reset()
+        self._forget_state(instance_id)
+
+    def has_instance(self, instance_id: str) -> bool:
+        """True when ``instance_id`` is registered. O(1)."""
+        return instance_id in self._instances
+
+    def instance_ids(self) -> list[str]:
+        """Every registered instance id, sorted. O(instances log instances)."""
+        with self._admin:
+            return sorted(self._instances)
+
+    # ------------------------------------------------------------ durable state
+
+    def _forget_state(self, instance_id: str) -> None:
+        if self.state_store is not None:
+            self.state_store.remove(instance_id)
+
+    def capture_state(self, instance_id: str) -> StateCapture | None:
+        """A consistent copy of ``instance_id``'s state and counters, taken under its lock
+        (None when it is not registered). The only part of a snapshot that pauses the
+        instance's queries; O(tracked blocks) at C speed."""
+        state = self._instances.get(instance_id)
+        if state is None:
+            return None
+        with state.lock:
+            engine = state.engine.export_state()
+            meta = {
+                "format": STATE_FORMAT,
+                "registration": registration_to_dict(state.registration),
+                "group": group_to_dict(state.group),
+                "model": engine.model,
+                "engine_format_version": engine.format_version,
+                "now_ns": engine.now_ns,
+                "expired_blocks": engine.expired_blocks,
+                "dropped_blocks": engine.dropped_blocks,
+                "clock_ns": state.clock_ns,
+                "total_queries": state.total_queries,
+                "total_blocks_queried": state.total_blocks_queried,
+                "total_input_tokens": state.total_input_tokens,
+                "total_hits": list(state.total_hits),
+                "total_max_hits": state.total_max_hits,
+            }
+        arrays = {
+            "keys": engine.keys,
+            "epoch_starts": engine.epoch_starts,
+            "epoch_times": engine.epoch_times,
+        }
+        return StateCapture(instance_id, state, meta, arrays)
+
+    def write_state(self, capture: StateCapture) -> bool:
+        """Write a capture to the state store (outside every lock); False (logged at ERROR,
+        counted) when it failed. A capture of an instance replaced or removed meanwhile is
+        dropped. O(size)."""
+        store = self.state_store
+        if store is None or self._instances.get(capture.instance_id) is not capture.state:
+            return False
+        started = time.monotonic()
+        try:
+            size = store.write(capture.instance_id, capture.meta, capture.arrays)
+        except OSError as exc:
+            self.state_stats.count("write_failed")
+            log.error(
+                "snapshot of instance %r not written: %s",
+                capture.instance_id,
+                exc,
+                extra={"instance_id": capture.instance_id},
+            )
+            return False
+        self.state_stats.written(time.monotonic() - started, size)
+        return True
+
+    def save_all_states(self) -> int:
+        """Capture and write every instance's snapshot; returns how many were written.
+        Used at stop, when no query runs. O(total tracked blocks)."""
+        written = 0
+        for instance_id in self.instance_ids():
+            capture = self.capture_state(instance_id)
+            if capture is not None and self.write_state(capture):
+                written += 1
+        return written
+
+    def restore_states(self) -> int:
+        """Give each registered instance the state and counters of its snapshot; returns
+        how many were restored. A corrupt, truncated or foreign snapshot, or one of another
+        registration, leaves its instance fresh (logged at ERROR or WARNING and counted by
+        reason); the others still restore. Snapshots of unknown instances and temporaries
+        of a killed writer are removed. O(total snapshot size)."""
+        store = self.state_store
+        if store is None:
+            return 0
+        restored = 0
+        with self._admin:
+            for path in store.remove_unknown(set(self._instances)):
+                log.info("removed stale snapshot file %s", path)
+            for instance_id, state in sorted(self._instances.items()):
+                try:
+                    found = store.read(instance_id)
+                    if found is None:
+                        continue
+                    _restore_state(state, *found)
+                except SnapshotError as exc:
+                    self.state_stats.count("corrupt")
+                    log.error(
+                        "snapshot of instance %r is unusable, starting it fresh: %s",
+                        instance_id,
+                        exc,
+                        extra={"instance_id": instance_id},
+                    )
+                    continue
+                except StateMismatch as exc:
+                    self.state_stats.count("mismatch")
+                    log.warning(
+                        "snapshot of instance %r does not match its registration, starting "
+                        "it fresh: %s",
+                        instance_id,
+                        exc,
+                        extra={"instance_id": instance_id},
+                    )
+                    continue
+                restored += 1
+        self.state_stats.restored = restored
+        return restored
 
     def instance_infos(self) -> list[InstanceInfo]:
         """Read-only views of every instance's configuration, sorted by instance_id.
@@ -569,6 +706,93 @@ class OnlineOptimizerManager:
                 f"instance group {name!r} still has {len(members)} registered instance(s) "
                 f"({shown}); remove them before {doing} the group"
             )
+
+
+STATE_FORMAT = "litehit-instance-state"
+
+
+class StateMismatch(Exception):
+    """A snapshot that is valid but belongs to another registration, group or model."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateCapture:
+    """One instance's state copied under its lock, ready to be written to a snapshot."""
+
+    instance_id: str
+    state: InstanceState
+    meta: dict[str, Any]
+    arrays: dict[str, Any]
+
+
+@dataclass
+class StateStats:
+    """Durable-state figures for the metrics (cumulative since the process started)."""
+
+    failures: dict[str, int] = field(default_factory=dict)
+    restored: int = 0
+    writes: int = 0
+    last_write_seconds: float = 0.0
+    last_write_bytes: int = 0
+    last_write_unix: float = 0.0
+
+    def count(self, reason: str) -> None:
+        """Count one failure (``corrupt``, ``mismatch``, ``write_failed``)."""
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+
+    def written(self, seconds: float, size: int) -> None:
+        """Record one snapshot written in ``seconds``, ``size`` bytes."""
+        self.writes += 1
+        self.last_write_seconds = seconds
+        self.last_write_bytes = size
+        self.last_write_unix = time.time()
+
+
+def _restore_state(state: InstanceState, meta: dict[str, Any], arrays: dict[str, Any]) -> None:
+    """Load a snapshot into ``state`` (fresh from restore); StateMismatch or SnapshotError
+    when it does not fit, in which case ``state`` is unchanged. O(snapshot size)."""
+    if meta.get("format") != STATE_FORMAT:
+        raise SnapshotError(f"unknown state format {meta.get('format')!r}")
+    if meta.get("registration") != registration_to_dict(state.registration):
+        raise StateMismatch("the registration changed since it was written")
+    if meta.get("group") != group_to_dict(state.group):
+        raise StateMismatch("its instance group changed since it was written")
+    try:
+        hits = [int(h) for h in meta["total_hits"]]
+        if len(hits) != len(state.capacity_blocks):
+            raise StateMismatch(
+                f"it has {len(hits)} slots, the group has {len(state.capacity_blocks)}"
+            )
+        engine_state = EngineState(
+            model=str(meta["model"]),
+            format_version=int(meta["engine_format_version"]),
+            keys=arrays["keys"],
+            epoch_starts=arrays["epoch_starts"],
+            epoch_times=arrays["epoch_times"],
+            now_ns=int(meta["now_ns"]),
+            expired_blocks=int(meta["expired_blocks"]),
+            dropped_blocks=int(meta["dropped_blocks"]),
+        )
+        engine = create_engine(state.spec, engine_state)
+        counters = (
+            int(meta["clock_ns"]),
+            int(meta["total_queries"]),
+            int(meta["total_blocks_queried"]),
+            int(meta["total_input_tokens"]),
+            int(meta["total_max_hits"]),
+        )
+    except (KeyError, TypeError, ValueError, InvalidRequestError) as exc:
+        raise SnapshotError(f"inconsistent state: {exc}") from None
+    with state.lock:
+        state.engine = engine
+        (
+            state.clock_ns,
+            state.total_queries,
+            state.total_blocks_queried,
+            state.total_input_tokens,
+            state.total_max_hits,
+        ) = counters
+        state.total_hits = hits
 
 
 def validated_group(group: InstanceGroup) -> InstanceGroup:
@@ -680,7 +904,11 @@ def _build_state(
             f"location_spec_infos sizes of {where} add up to {size_full_linear} bytes per "
             f"block, more than {INT64_MAX} (int64)"
         )
-    spec = EngineSpec(model="lru", ttl_ns=group.ttl_seconds * _NS_PER_SECOND)
+    spec = EngineSpec(
+        model="lru",
+        ttl_ns=group.ttl_seconds * _NS_PER_SECOND,
+        max_tracked_blocks=limits.max_tracked_blocks,
+    )
     projection = Projection(spec, block_bytes)
     capacity_blocks = tuple(projection.units(capacity_gb_to_bytes(gb)) for gb in group.capacity_gb)
     limit = limits.max_tracked_blocks

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
@@ -25,6 +26,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from litehit_service.manager import OnlineOptimizerManager
+
+if TYPE_CHECKING:
+    from litehit_service.transport import Transport
 
 _LABELS = ["instance_group", "instance_id"]
 _CAP_LABELS = [*_LABELS, "capacity_gb"]
@@ -85,6 +89,8 @@ class InstanceCollector(Collector):
             memory,
             kv_usage,
             expired,
+            dropped,
+            limit,
             instances,
         ) = fams
         summaries = self._manager.list_instances()
@@ -110,6 +116,8 @@ class InstanceCollector(Collector):
             memory.add_metric(lv, s.debug_info.memory_usage_bytes)
             kv_usage.add_metric(lv, s.debug_info.kv_cache_usage_bytes)
             expired.add_metric(lv, s.debug_info.ttl_eviction_count)
+            dropped.add_metric(lv, s.debug_info.dropped_blocks)
+            limit.add_metric(lv, s.debug_info.max_tracked_blocks)
         instances.add_metric([], len(summaries))
         return iter(fams)
 
@@ -160,12 +168,23 @@ def _families() -> list[Metric]:
         ),
         GaugeMetricFamily(
             "litehit_kv_cache_usage_bytes",
-            "KV cache bytes in use at the largest capacity (bytes).",
+            "KV cache bytes the tracked blocks would occupy (bytes = unique blocks x block bytes).",
             labels=_LABELS,
         ),
         CounterMetricFamily(
             "litehit_ttl_expired_blocks",
             "Blocks dropped because their TTL lapsed (blocks).",
+            labels=_LABELS,
+        ),
+        CounterMetricFamily(
+            "litehit_dropped_blocks",
+            "Least recent blocks dropped past max_tracked_blocks (blocks); while it grows the "
+            "theoretical maximum is that of an LRU of max_tracked_blocks.",
+            labels=_LABELS,
+        ),
+        GaugeMetricFamily(
+            "litehit_max_tracked_blocks",
+            "Most blocks the instance tracks (blocks; 0 = unlimited).",
             labels=_LABELS,
         ),
         GaugeMetricFamily("litehit_instances", "Registered instances.", labels=[]),
@@ -244,6 +263,99 @@ class LatencyHistogram(Collector):
         yield family
 
 
+class ServiceCollector(Collector):
+    """Process-wide figures computed at scrape time: re-registrations, durable state and
+    the transport's streams (once :meth:`ServiceMetrics.attach_transport` ran)."""
+
+    def __init__(self, manager: OnlineOptimizerManager) -> None:
+        self._manager = manager
+        self.transport: Transport | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def _families(self) -> list[Metric]:
+        return [
+            CounterMetricFamily(
+                "litehit_instance_replacements",
+                "Registrations that replaced an instance with a different registration "
+                "(fresh state).",
+            ),
+            CounterMetricFamily(
+                "litehit_snapshot_failures",
+                "Instance snapshots that could not be used (corrupt, mismatch: the instance "
+                "started fresh) or written (write_failed).",
+                labels=["reason"],
+            ),
+            CounterMetricFamily("litehit_snapshots_written", "Instance snapshots written."),
+            GaugeMetricFamily(
+                "litehit_snapshot_last_write_seconds", "Time to write the last snapshot (s)."
+            ),
+            GaugeMetricFamily(
+                "litehit_snapshot_last_success_timestamp_seconds",
+                "Unix time of the last snapshot written (s).",
+            ),
+            GaugeMetricFamily(
+                "litehit_snapshot_restored_instances",
+                "Instances restored from their snapshot at start-up.",
+            ),
+            GaugeMetricFamily("litehit_active_streams", "Open TraceQueryStream calls."),
+            CounterMetricFamily(
+                "litehit_streams_rejected",
+                "TraceQueryStream calls refused past --max-streams (RESOURCE_EXHAUSTED).",
+            ),
+            CounterMetricFamily(
+                "litehit_streams_idle_closed",
+                "Streams ended after --stream-idle-seconds without a message.",
+            ),
+            CounterMetricFamily(
+                "litehit_unauthenticated",
+                "Calls refused for a missing or wrong token (UNAUTHENTICATED).",
+                labels=["method"],
+            ),
+            CounterMetricFamily(
+                "litehit_undecodable_messages",
+                "Messages that could not be decoded (their call was ended).",
+                labels=["method"],
+            ),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        (
+            replacements,
+            failures,
+            written,
+            last_seconds,
+            last_success,
+            restored,
+            active,
+            rejected,
+            idle,
+            unauthenticated,
+            undecodable,
+        ) = fams = self._families()
+        manager = self._manager
+        replacements.add_metric([], manager.instance_replacements)
+        stats = manager.state_stats
+        for reason in ("corrupt", "mismatch", "write_failed"):
+            failures.add_metric([reason], stats.failures.get(reason, 0))
+        written.add_metric([], stats.writes)
+        last_seconds.add_metric([], stats.last_write_seconds)
+        last_success.add_metric([], stats.last_write_unix)
+        restored.add_metric([], stats.restored)
+        transport = self.transport
+        if transport is not None:
+            t = transport.stats
+            active.add_metric([], len(transport.streams))
+            rejected.add_metric([], t.streams_rejected)
+            idle.add_metric([], t.streams_idle_closed)
+            for method, n in sorted(dict(t.unauthenticated).items()):
+                unauthenticated.add_metric([method], n)
+            for method, n in sorted(dict(t.undecodable).items()):
+                undecodable.add_metric([method], n)
+        return iter(fams)
+
+
 class ServiceMetrics:
     """Every metric of one service, on ``registry`` (None: a fresh private registry)."""
 
@@ -252,6 +364,8 @@ class ServiceMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(InstanceCollector(manager))
+        self._service = ServiceCollector(manager)
+        self.registry.register(self._service)
         self._latency = LatencyHistogram(manager)
         self.registry.register(self._latency)
         self._errors = Counter(
@@ -260,6 +374,10 @@ class ServiceMetrics:
             ["method", "code"],
             registry=self.registry,
         )
+
+    def attach_transport(self, transport: Transport) -> None:
+        """Report the transport's streams and refusals from now on."""
+        self._service.transport = transport
 
     def observe_query(self, method: str, seconds: float, instance_id: str = "") -> None:
         """Record one query's handling time (seconds). O(log buckets)."""

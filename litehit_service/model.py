@@ -145,10 +145,14 @@ class CapacitySummary:
 
 @dataclass(frozen=True, slots=True)
 class InstanceDebugInfo:
-    """Internal sizes of an instance's simulator.
+    """The instance's unbounded ("theoretical") cache, as the reference documents it.
 
-    ``eviction_count`` is always 0: LiteHit keeps every block once for all capacities and
-    derives evictions implicitly, so no per-capacity eviction happens.
+    ``unique_keys``: blocks tracked now; ``eviction_count``: blocks that cache lost
+    (TTL expirations plus blocks dropped past ``max_tracked_blocks``, cumulative);
+    ``kv_cache_usage_bytes``: ``unique_keys`` x block bytes; ``memory_usage_bytes``: the
+    engine's own memory (estimate); ``ttl_eviction_count``: TTL expirations;
+    ``max_tracked_blocks``: the tracking limit (0 = none); ``dropped_blocks``: blocks
+    dropped past it.
     """
 
     block_size: int
@@ -158,6 +162,8 @@ class InstanceDebugInfo:
     memory_usage_bytes: int
     kv_cache_usage_bytes: int
     ttl_eviction_count: int
+    max_tracked_blocks: int = 0
+    dropped_blocks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from litehit_service.errors import RegistryIOError
 from litehit_service.model import (
@@ -37,6 +37,12 @@ _SCHEMA = (
 )
 
 
+def group_to_dict(group: InstanceGroup) -> dict[str, Any]:
+    """A group as JSON-ready data (field names as in the dataclass; lists for tuples, as
+    JSON gives them back). O(fields)."""
+    return json.loads(json.dumps(asdict(group), allow_nan=False))
+
+
 def group_to_json(group: InstanceGroup) -> str:
     """Serialise a group as a JSON object (field names as in the dataclass). O(fields)."""
     return json.dumps(asdict(group), allow_nan=False, sort_keys=True)
@@ -54,6 +60,11 @@ def group_from_json(text: str) -> InstanceGroup:
         enable_theoretical_max_cache=bool(d["enable_theoretical_max_cache"]),
         enable_prefix_hash=bool(d["enable_prefix_hash"]),
     )
+
+
+def registration_to_dict(reg: InstanceRegistration) -> dict[str, Any]:
+    """A registration as JSON-ready data (as :func:`group_to_dict`). O(fields + specs)."""
+    return json.loads(json.dumps(asdict(reg), allow_nan=False))
 
 
 def registration_to_json(reg: InstanceRegistration) -> str:

@@ -23,6 +23,7 @@ from litehit_service import wire
 if TYPE_CHECKING:
     from litehit_service.manager import OnlineOptimizerManager
     from litehit_service.metrics import ServiceMetrics
+    from litehit_service.model import RegistrationResult
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +48,29 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
 
     # ---------------------------------------------------------------- helpers
 
-    def _error_header(
-        self, method: str, trace_id: str, exc: BaseException
-    ) -> pb2.CommonResponseHeader:
-        code, message = self._classify(method, exc)
-        return wire.error_header(trace_id, code, message)
-
-    def _classify(self, method: str, exc: BaseException) -> tuple[int, str]:
-        """Error code and message of ``exc``; counts it and logs bugs with their traceback."""
+    def _classify(self, method: str, request: Any, exc: BaseException) -> tuple[int, str]:
+        """Error code and message of ``exc``; counts it and logs it once: a rejected request
+        at INFO with its fields (no traceback), a bug at ERROR with its traceback."""
         code = wire.error_code_for(exc)
+        message = wire.error_message(exc)
+        fields = {
+            "method": method,
+            "trace_id": request.trace_id,
+            "instance_id": getattr(request, "instance_id", ""),
+            "code": wire.error_name(code),
+        }
         if code == _INTERNAL:
-            log.error("%s failed unexpectedly", method, exc_info=exc)
+            log.error("%s failed unexpectedly: %s", method, message, exc_info=exc, extra=fields)
+        else:
+            log.info("%s rejected: %s", method, message, extra=fields)
         if self._metrics is not None:
-            self._metrics.count_error(method, wire.error_name(code))
-        return code, wire.error_message(exc)
+            self._metrics.count_error(method, fields["code"])
+        return code, message
 
     def _run(
         self,
         method: str,
-        trace_id: str,
+        request: Any,
         action: Callable[[], _R],
         on_ok: Callable[[_R], Any],
         response_type: Callable[..., Any],
@@ -74,14 +79,15 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         try:
             return on_ok(action())
         except Exception as exc:  # every failure becomes a header status
-            return response_type(header=self._error_header(method, trace_id, exc))
+            code, message = self._classify(method, request, exc)
+            return response_type(header=wire.error_header(request.trace_id, code, message))
 
-    def _common(self, method: str, trace_id: str, action: Callable[[], object]) -> Any:
+    def _common(self, method: str, request: Any, action: Callable[[], object]) -> Any:
         return self._run(
             method,
-            trace_id,
+            request,
             action,
-            lambda _: pb2.CommonResponse(header=wire.ok_header(trace_id)),
+            lambda _: pb2.CommonResponse(header=wire.ok_header(request.trace_id)),
             pb2.CommonResponse,
         )
 
@@ -93,7 +99,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         """Create a group; DUPLICATE_ENTITY when the name exists."""
         return self._common(
             "CreateInstanceGroup",
-            request.trace_id,
+            request,
             lambda: self._manager.create_group(wire.group_from_pb(request.instance_group)),
         )
 
@@ -103,7 +109,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         """Replace a group's settings; INSTANCE_NOT_EXIST when missing."""
         return self._common(
             "UpdateInstanceGroup",
-            request.trace_id,
+            request,
             lambda: self._manager.update_group(wire.group_from_pb(request.instance_group)),
         )
 
@@ -113,7 +119,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         """Remove an empty group; INSTANCE_NOT_EXIST when missing."""
         return self._common(
             "RemoveInstanceGroup",
-            request.trace_id,
+            request,
             lambda: self._manager.remove_group(request.name),
         )
 
@@ -124,7 +130,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "GetInstanceGroup",
-            trace_id,
+            request,
             lambda: self._manager.get_group(request.name),
             lambda g: pb2.GetInstanceGroupResponse(
                 header=wire.ok_header(trace_id), instance_group=wire.group_to_pb(g)
@@ -139,7 +145,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "ListInstanceGroups",
-            trace_id,
+            request,
             self._manager.list_groups,
             lambda groups: pb2.ListInstanceGroupsResponse(
                 header=wire.ok_header(trace_id),
@@ -157,10 +163,10 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "RegisterInstance",
-            trace_id,
-            lambda: self._forgetting(
-                request.instance_id,
+            request,
+            lambda: self._registered(
                 self._manager.register_instance(wire.registration_from_pb(request)),
+                request.instance_id,
             ),
             lambda result: wire.registration_result_to_pb(result, trace_id),
             pb2.OptimizerRegisterInstanceResponse,
@@ -173,7 +179,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "RemoveInstance",
-            trace_id,
+            request,
             lambda: self._forgetting(
                 request.instance_id, self._manager.remove_instance(request.instance_id)
             ),
@@ -188,7 +194,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "GetInstance",
-            trace_id,
+            request,
             lambda: self._manager.get_instance(request.instance_id),
             lambda reg: wire.registration_to_pb(reg, trace_id),
             pb2.OptimizerGetInstanceResponse,
@@ -201,7 +207,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "ListInstances",
-            trace_id,
+            request,
             lambda: self._manager.list_instances(request.instance_group),
             lambda summaries: pb2.OptimizerListInstancesResponse(
                 header=wire.ok_header(trace_id),
@@ -217,13 +223,19 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         trace_id = request.trace_id
         return self._run(
             "ResetStats",
-            trace_id,
+            request,
             lambda: self._forgetting(
                 request.instance_id, self._manager.reset_stats(request.instance_id)
             ),
             lambda _: pb2.OptimizerResetStatsResponse(header=wire.ok_header(trace_id)),
             pb2.OptimizerResetStatsResponse,
         )
+
+    def _registered(self, result: RegistrationResult, instance_id: str) -> RegistrationResult:
+        """An identical re-registration keeps everything; otherwise the latency restarts."""
+        if result.outcome != "unchanged":
+            self._forgetting(instance_id, result)
+        return result
 
     def _forgetting(self, instance_id: str, result: _T) -> _T:
         """After a successful register/remove/reset: the instance's latency starts anew."""
@@ -248,7 +260,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
                 request.timestamp_ns,
             )
         except Exception as exc:  # every failure becomes a header status
-            code, message = self._classify(method, exc)
+            code, message = self._classify(method, request, exc)
             return wire.trace_error_fields(request.trace_id, code, message)
         return wire.trace_result_fields(result, request.trace_id)
 
@@ -264,32 +276,42 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             )
         return pb2.TraceQueryResponse(**fields)
 
+    def answer_batch(
+        self, batch: pb2.TraceQueryBatchRequest, method: str = "TraceQueryStream"
+    ) -> pb2.TraceQueryBatchResponse:
+        """Apply one batch: one result per query, in order, each with its own header.
+
+        Queries are applied in order; a failing query only sets its own header. The batch
+        is built in one constructor call from plain fields (see wire), and its per-query
+        latencies are recorded under one lock. O(keys + slots) per query.
+        """
+        answer = self._answer
+        results = []
+        append = results.append
+        durations = []
+        record = durations.append
+        queries = batch.queries
+        for query in queries:
+            start = perf_counter()
+            append(answer(method, query))
+            record(perf_counter() - start)
+        if self._metrics is not None:
+            self._metrics.observe_queries(
+                method, durations, list(map(_latency_id, queries, results))
+            )
+        return pb2.TraceQueryBatchResponse(results=results)
+
     def TraceQueryStream(
         self, request_iterator: Iterable[pb2.TraceQueryBatchRequest], context: grpc.ServicerContext
     ) -> Iterator[pb2.TraceQueryBatchResponse]:
-        """One response batch per request batch, results in order, each with its own header.
+        """One response batch per request batch (see :meth:`answer_batch`).
 
-        Queries are applied in arrival order; a failing query only sets its own header. The
-        batch is built in one constructor call from plain fields (see wire), and its
-        per-query latencies are recorded under one lock.
+        The server's transport (:mod:`litehit_service.transport`) runs :meth:`answer_batch`
+        itself, with the stream limits, idle timeout and drain; this method serves the
+        same answers to an in-process or grpc_testing caller.
         """
-        answer = self._answer
-        batch_type = pb2.TraceQueryBatchResponse
-        method = "TraceQueryStream"
-        metrics = self._metrics
         for batch in request_iterator:
-            results = []
-            append = results.append
-            durations = []
-            record = durations.append
-            queries = batch.queries
-            for query in queries:
-                start = perf_counter()
-                append(answer(method, query))
-                record(perf_counter() - start)
-            if metrics is not None:
-                metrics.observe_queries(method, durations, list(map(_latency_id, queries, results)))
-            yield batch_type(results=results)
+            yield self.answer_batch(batch)
 
 
 def _latency_id(request: pb2.TraceQueryRequest, fields: dict[str, Any]) -> str:

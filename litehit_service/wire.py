@@ -311,5 +311,7 @@ def summary_to_pb(s: InstanceSummary) -> pb2.OptimizerInstanceSummary:
             memory_usage_bytes=d.memory_usage_bytes,
             kv_cache_usage_bytes=d.kv_cache_usage_bytes,
             ttl_eviction_count=d.ttl_eviction_count,
+            max_tracked_blocks=d.max_tracked_blocks,
+            dropped_blocks=d.dropped_blocks,
         ),
     )

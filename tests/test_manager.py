@@ -576,7 +576,7 @@ def test_worked_example_summary() -> None:
                 linear_step=0,
                 eviction_count=0,
                 memory_usage_bytes=memory,
-                kv_cache_usage_bytes=3 * 1024,
+                kv_cache_usage_bytes=5 * 1024,
                 ttl_eviction_count=0,
             ),
         )

@@ -100,8 +100,10 @@ def test_values_after_worked_example() -> None:
         ("litehit_capacity_blocks", lab(cap=L2)): 2,
         ("litehit_capacity_blocks", lab(cap=L3)): 3,
         ("litehit_unique_blocks", lab()): 5,
-        ("litehit_kv_cache_usage_bytes", lab()): 3072,
+        ("litehit_kv_cache_usage_bytes", lab()): 5 * 1024,  # every tracked block
         ("litehit_ttl_expired_blocks_total", lab()): 0,
+        ("litehit_dropped_blocks_total", lab()): 0,
+        ("litehit_max_tracked_blocks", lab()): 0,
     }
 
 
@@ -126,9 +128,22 @@ def test_family_types() -> None:
         "litehit_memory_bytes": "gauge",
         "litehit_kv_cache_usage_bytes": "gauge",
         "litehit_ttl_expired_blocks": "counter",
+        "litehit_dropped_blocks": "counter",
+        "litehit_max_tracked_blocks": "gauge",
         "litehit_instances": "gauge",
         "litehit_trace_query_duration_seconds": "histogram",
         "litehit_errors": "counter",
+        "litehit_instance_replacements": "counter",
+        "litehit_snapshot_failures": "counter",
+        "litehit_snapshots_written": "counter",
+        "litehit_snapshot_last_write_seconds": "gauge",
+        "litehit_snapshot_last_success_timestamp_seconds": "gauge",
+        "litehit_snapshot_restored_instances": "gauge",
+        "litehit_active_streams": "gauge",
+        "litehit_streams_rejected": "counter",
+        "litehit_streams_idle_closed": "counter",
+        "litehit_unauthenticated": "counter",
+        "litehit_undecodable_messages": "counter",
     }
 
 
@@ -169,6 +184,8 @@ def test_reset_zeroes_series() -> None:
         ("litehit_unique_blocks", lab()): 0,
         ("litehit_kv_cache_usage_bytes", lab()): 0,
         ("litehit_ttl_expired_blocks_total", lab()): 0,
+        ("litehit_dropped_blocks_total", lab()): 0,
+        ("litehit_max_tracked_blocks", lab()): 0,
     }
 
 

@@ -185,7 +185,7 @@ def test_prometheus_scrapes_litehit(litehit_server, tmp_path):
         )
         assert rate == pytest.approx(32 / 54)
         assert scalar('litehit_unique_blocks{instance_id="i1"}') == 5
-        assert scalar('litehit_kv_cache_usage_bytes{instance_id="i1"}') == 3 * 1024
+        assert scalar('litehit_kv_cache_usage_bytes{instance_id="i1"}') == 5 * 1024
         errors = _query(base, "litehit_errors_total")
         assert [(r["metric"]["code"], float(r["value"][1])) for r in errors] == [
             ("INSTANCE_NOT_EXIST", 1.0)

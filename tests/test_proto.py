@@ -190,6 +190,8 @@ def test_field_numbers_of_the_main_messages():
         "memory_usage_bytes": 5,
         "kv_cache_usage_bytes": 6,
         "ttl_eviction_count": 7,
+        "max_tracked_blocks": 8,  # LiteHit extension
+        "dropped_blocks": 9,  # LiteHit extension
     }
     assert _numbers(pb2.CommonResponseHeader) == {"status": 1, "request_id": 2, "tracer_result": 3}
     assert _numbers(pb2.TraceQueryBatchRequest) == {"queries": 1}

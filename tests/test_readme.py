@@ -22,13 +22,11 @@ SERVICE = "kv_cache_manager.proto.optimizer.OptimizerService"
 @pytest.fixture
 def server():
     manager = OnlineOptimizerManager()
-    built = create_server(manager, ServiceMetrics(manager), "127.0.0.1:0")
-    srv, port = built.server, built.port
-    srv.start()
+    srv = create_server(manager, ServiceMetrics(manager), "127.0.0.1:0").start()
     try:
-        yield f"127.0.0.1:{port}"
+        yield srv.address
     finally:
-        srv.stop(grace=None)
+        srv.stop()
 
 
 def test_two_setup_commands_are_near_the_top():

@@ -42,7 +42,8 @@ from litehit_service.model import (
 )
 from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
-from litehit_service.server import apply_groups, create_server
+from litehit_service.server import create_server
+from litehit_service.service import apply_groups
 from litehit_service.servicer import OptimizerServicer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,15 +51,6 @@ GIB = 1024**3
 CAP1, CAP2 = 1024 / GIB, 2048 / GIB  # 1 and 2 blocks of 1024 bytes: different hits
 LRU = pb2.OPTIMIZER_EVICTION_POLICY_LRU
 WORKED_EXAMPLE = [([1, 2, 3], 13), ([1, 2, 4], 12), ([1, 2, 3], 13), ([1, 5], 8), ([1, 5], 8)]
-MUTATING = (
-    "CreateInstanceGroup",
-    "UpdateInstanceGroup",
-    "RemoveInstanceGroup",
-    "RegisterInstance",
-    "RemoveInstance",
-    "ResetStats",
-)
-
 EXAMPLE_GROUP = InstanceGroup("g", (CAP1, CAP2), enable_theoretical_max_cache=True)
 EXAMPLE_REG = InstanceRegistration(
     "inst", "g", 4, (LocationSpec("kv", 1024),), (LocationSpecGroup("full", ("kv",)),)
@@ -75,9 +67,8 @@ class Live:
             self.registry, QueryPolicy(max_block_keys=max_block_keys)
         )
         self.metrics = ServiceMetrics(self.manager)
-        built = create_server(self.manager, self.metrics, "127.0.0.1:0", **server_kwargs)
-        self.server, self.port = built.server, built.port
-        self.server.start()
+        self.server = create_server(self.manager, self.metrics, "127.0.0.1:0", **server_kwargs)
+        self.port = self.server.start().port
         self.target = f"127.0.0.1:{self.port}"
 
     def client(self, **kwargs) -> OptimizerClient:
@@ -85,7 +76,7 @@ class Live:
         return OptimizerClient(self.target, **kwargs)
 
     def stop(self) -> None:
-        self.server.stop(0).wait()
+        self.server.stop()
         self.registry.close()
 
 
@@ -267,7 +258,7 @@ def test_max_message_bytes_is_a_grpc_error(tmp_path: Path):
 
 def test_port_in_use_raises_oserror(live: Live):
     with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{live.port}"):
-        create_server(live.manager, None, f"127.0.0.1:{live.port}")
+        create_server(live.manager, None, f"127.0.0.1:{live.port}").start()
 
 
 # ------------------------------------------------------------------------------- streaming
@@ -332,45 +323,78 @@ def test_stream_helper_batches_many_queries_in_order(live: Live, client: Optimiz
 # ------------------------------------------------------------------------------- admin token
 
 
-def test_admin_token_guards_only_mutating_rpcs(tmp_path: Path):
-    live = Live(tmp_path, admin_token="s3cret")
+def _call_every_method(channel: grpc.Channel, metadata: tuple) -> dict[str, grpc.StatusCode]:
+    """Call every method of the OptimizerService descriptor with an empty (but valid)
+    request; returns each method's gRPC status code (OK when it answered)."""
+    service = pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"]
+    codes = {}
+    for method in service.methods:
+        path = f"/{service.full_name}/{method.name}"
+        empty = getattr(pb2, method.input_type.name)().SerializeToString()
+        try:
+            if method.client_streaming:
+                call = channel.stream_stream(path)
+                list(call(iter([empty]), metadata=metadata, timeout=10))
+            else:
+                channel.unary_unary(path)(empty, metadata=metadata, timeout=10)
+            codes[method.name] = grpc.StatusCode.OK
+        except grpc.RpcError as exc:
+            codes[method.name] = exc.code()
+    return codes
+
+
+@pytest.mark.parametrize("query_token", [None, "q-token"])
+def test_every_method_is_guarded_by_its_kind(tmp_path: Path, query_token: str | None):
+    """Walks the service descriptor (never a hand list): reads are open, queries need the
+    query token (or the admin token), everything else the admin token; a refused call is
+    UNAUTHENTICATED and changes nothing."""
+    from litehit_service.access import Access, method_access
+
+    live = Live(tmp_path, admin_token="s3cret", query_token=query_token)
     try:
         with live.client(admin_token="s3cret") as admin:
             setup_example(admin)
-        for token in (None, "wrong"):
-            with live.client(admin_token=token, retries=0) as c:
-                stub_calls = {
-                    "CreateInstanceGroup": lambda c=c: c.create_instance_group(
-                        InstanceGroup("x", (1.0,))
-                    ),
-                    "UpdateInstanceGroup": lambda c=c: c.update_instance_group(EXAMPLE_GROUP),
-                    "RemoveInstanceGroup": lambda c=c: c.remove_instance_group("g"),
-                    "RegisterInstance": lambda c=c: c.register_instance(EXAMPLE_REG),
-                    "RemoveInstance": lambda c=c: c.remove_instance("inst"),
-                    "ResetStats": lambda c=c: c.reset_stats("inst"),
-                }
-                assert set(stub_calls) == set(MUTATING)
-                for name, call in stub_calls.items():
-                    with pytest.raises(grpc.RpcError) as info:
-                        call()
-                    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
-                    assert "authorization: Bearer" in info.value.details()
-                # reads and queries stay open
-                assert c.list_instance_groups().header.status.code == pb2.OK
-                assert c.get_instance_group("g").header.status.code == pb2.OK
-                assert c.get_instance("inst").header.status.code == pb2.OK
-                assert c.trace_query("inst", [1, 2], 8).header.status.code == pb2.OK
-                (streamed,) = c.stream_trace_queries([_q("s", [1, 2], 8)])
-                assert streamed.header.status.code == pb2.OK
-                assert c.list_instances().header.status.code == pb2.OK
-        with live.client(admin_token="s3cret") as admin:
-            assert [g.name for g in admin.list_instance_groups().instance_groups] == ["g"]
-            summary = admin.list_instances().instances[0]
-            assert summary.total_queries == 4  # nothing was reset
-            assert admin.reset_stats("inst").header.status.code == pb2.OK
-            assert admin.remove_instance("inst").header.status.code == pb2.OK
+            admin.trace_query("inst", [1, 2], 8)
+        before = (live.manager.list_groups(), live.manager.list_instances())
+        kinds = {
+            m.name: method_access(m.name)
+            for m in pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"].methods
+        }
+        assert kinds["ListInstances"] is Access.READ and kinds["TraceQueryStream"] is Access.QUERY
+        assert kinds["ResetStats"] is Access.ADMIN and kinds["RegisterInstance"] is Access.ADMIN
+        channel = grpc.insecure_channel(live.target)
+        for token in (None, "wrong", "s3cret", query_token):
+            metadata = (("authorization", f"Bearer {token}"),) if token else ()
+            codes = _call_every_method(channel, metadata)
+            for name, kind in kinds.items():
+                if kind is Access.READ:
+                    allowed = True
+                elif kind is Access.QUERY:
+                    allowed = query_token is None or token in ("s3cret", query_token)
+                else:
+                    allowed = token == "s3cret"
+                if allowed:
+                    assert codes[name] is not grpc.StatusCode.UNAUTHENTICATED, (name, token)
+                else:
+                    assert codes[name] is grpc.StatusCode.UNAUTHENTICATED, (name, token)
+            if token != "s3cret":
+                assert (live.manager.list_groups(), live.manager.list_instances()) == before
+        channel.close()
+        with live.client(admin_token="s3cret", retries=0) as admin:
+            with pytest.raises(grpc.RpcError) as info:
+                admin.health("missing")  # health stays open: NOT_FOUND, not UNAUTHENTICATED
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         live.stop()
+
+
+def test_a_method_added_later_is_admin_by_default():
+    from litehit_service.access import Access, method_access
+
+    assert method_access("DeleteEverything") is Access.ADMIN
+    assert method_access("CompactInstance") is Access.ADMIN
+    assert method_access("GetHitRateCurve") is Access.READ
+    assert method_access("TraceQueryPacked") is Access.QUERY
 
 
 # ------------------------------------------------------------------------------- health, reflection
@@ -419,9 +443,7 @@ def test_client_retries_until_a_late_server_is_up(tmp_path: Path):
 
     def start_late() -> None:
         time.sleep(0.5)
-        server = create_server(manager, None, f"127.0.0.1:{port}").server
-        server.start()
-        holder["server"] = server
+        holder["server"] = create_server(manager, None, f"127.0.0.1:{port}").start()
         started.set()
 
     with OptimizerClient(f"127.0.0.1:{port}", timeout=2.0, retries=0) as impatient:
@@ -441,7 +463,7 @@ def test_client_retries_until_a_late_server_is_up(tmp_path: Path):
         assert [g.name for g in response.instance_groups] == ["late"]
     finally:
         thread.join()
-        holder["server"].stop(0).wait()
+        holder["server"].stop()
 
 
 class _StallingServicer(OptimizerServicer):
@@ -532,7 +554,7 @@ def test_tls(tmp_path: Path):
     finally:
         live.stop()
     with pytest.raises(ValueError, match="TLS needs both a certificate and a key"):
-        create_server(OnlineOptimizerManager(), None, tls_cert=cert)
+        create_server(OnlineOptimizerManager(), None, tls_cert=cert)  # refused before binding
 
 
 # ------------------------------------------------------------------------------- groups file
@@ -786,7 +808,13 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
     assert down.returncode == 1
     assert "unreachable" in down.stderr
 
-    # restart on the same data dir, without the groups file: everything restored, state fresh
+    # restart on the same data dir, without the groups file: configuration, LRU state and
+    # counters restored; the next query is answered as by a server that never stopped
+    twin = OnlineOptimizerManager()
+    twin.create_group(EXAMPLE_GROUP)
+    twin.register_instance(EXAMPLE_REG)
+    for keys, tokens in WORKED_EXAMPLE:
+        twin.trace_query("inst", keys, tokens)
     again = ServeProcess("--data-dir", str(data_dir))
     try:
         with OptimizerClient(again.grpc) as client:
@@ -796,13 +824,16 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
             (inst,) = client.list_instances().instances
             assert (inst.instance_id, inst.total_queries, inst.debug_info.unique_keys) == (
                 "inst",
-                0,
-                0,
+                5,
+                5,
             )
+            assert [c.total_hits for c in inst.capacity_summaries] == [4, 7]
             got = client.get_instance("inst")
             assert [(s.name, s.size) for s in got.location_spec_infos] == [("kv", 1024)]
             first = client.trace_query("inst", [1, 2, 3], 13)
-            assert [c.cache_hit_count for c in first.capacity_results] == [0, 0]
+            expected = twin.trace_query("inst", [1, 2, 3], 13)
+            assert [c.cache_hit_count for c in first.capacity_results] == list(expected.hit_blocks)
+            assert first.theoretical_result.max_hit_count == 3
     finally:
         assert again.terminate() == 0
         again.kill()

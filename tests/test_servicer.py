@@ -350,7 +350,7 @@ def test_worked_example_through_trace_query(example: Harness):
     assert inst.theoretical_summary.max_hit_rate == 32 / 54
     d = inst.debug_info
     assert (d.block_size, d.unique_keys, d.linear_step, d.eviction_count) == (4, 5, 0, 0)
-    assert d.kv_cache_usage_bytes == 2 * 1024
+    assert d.kv_cache_usage_bytes == 5 * 1024  # every tracked block x block bytes
     assert d.memory_usage_bytes > 0
 
 

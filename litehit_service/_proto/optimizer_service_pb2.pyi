@@ -332,7 +332,7 @@ class OptimizerTheoreticalSummary(_message.Message):
     def __init__(self, total_max_hits: _Optional[int] = ..., max_hit_rate: _Optional[float] = ...) -> None: ...
 
 class OptimizerInstanceDebugInfo(_message.Message):
-    __slots__ = ("block_size", "unique_keys", "linear_step", "eviction_count", "memory_usage_bytes", "kv_cache_usage_bytes", "ttl_eviction_count")
+    __slots__ = ("block_size", "unique_keys", "linear_step", "eviction_count", "memory_usage_bytes", "kv_cache_usage_bytes", "ttl_eviction_count", "max_tracked_blocks", "dropped_blocks")
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_KEYS_FIELD_NUMBER: _ClassVar[int]
     LINEAR_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +340,8 @@ class OptimizerInstanceDebugInfo(_message.Message):
     MEMORY_USAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     TTL_EVICTION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRACKED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     block_size: int
     unique_keys: int
     linear_step: int
@@ -347,7 +349,9 @@ class OptimizerInstanceDebugInfo(_message.Message):
     memory_usage_bytes: int
     kv_cache_usage_bytes: int
     ttl_eviction_count: int
-    def __init__(self, block_size: _Optional[int] = ..., unique_keys: _Optional[int] = ..., linear_step: _Optional[int] = ..., eviction_count: _Optional[int] = ..., memory_usage_bytes: _Optional[int] = ..., kv_cache_usage_bytes: _Optional[int] = ..., ttl_eviction_count: _Optional[int] = ...) -> None: ...
+    max_tracked_blocks: int
+    dropped_blocks: int
+    def __init__(self, block_size: _Optional[int] = ..., unique_keys: _Optional[int] = ..., linear_step: _Optional[int] = ..., eviction_count: _Optional[int] = ..., memory_usage_bytes: _Optional[int] = ..., kv_cache_usage_bytes: _Optional[int] = ..., ttl_eviction_count: _Optional[int] = ..., max_tracked_blocks: _Optional[int] = ..., dropped_blocks: _Optional[int] = ...) -> None: ...
 
 class OptimizerInstanceSummary(_message.Message):
     __slots__ = ("instance_id", "instance_group", "total_queries", "total_blocks_queried", "capacity_summaries", "theoretical_summary", "debug_info", "total_input_tokens")

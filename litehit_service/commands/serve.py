@@ -7,12 +7,12 @@ over the variable, which wins over the default.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from litehit_service.access import read_token
 from litehit_service.addresses import parse_address
 from litehit_service.commands import UsageError
 
@@ -34,6 +34,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _log_format(text: str) -> str:
+    if text not in ("text", "json"):
+        raise ValueError("must be text or json")
+    return text
+
+
 def _address(text: str) -> str:
     parse_address(text)  # ValueError names the problem
     return text
@@ -47,76 +60,58 @@ def _non_negative_float(text: str) -> float:
 
 
 _OPTIONS = (
-    _Option(
-        "--listen",
-        "LITEHIT_LISTEN",
-        "127.0.0.1:50051",
-        _address,
-        "gRPC HOST:PORT (port 0 = any)",
-        "ADDR",
-    ),
-    _Option(
-        "--metrics-listen",
-        "LITEHIT_METRICS_LISTEN",
-        "127.0.0.1:9464",
-        _address,
-        "Prometheus /metrics HOST:PORT (port 0 = any)",
-        "ADDR",
-    ),
-    _Option(
-        "--data-dir",
-        "LITEHIT_DATA_DIR",
-        "./litehit-data",
-        str,
-        "directory of the SQLite registry (litehit.sqlite3); created if missing",
-        "DIR",
-    ),
-    _Option(
-        "--groups",
-        "LITEHIT_GROUPS",
-        None,
-        str,
-        'JSON/YAML file {"instance_groups": [...], "instances": [...]} (proto field names) '
-        "ensured at start, idempotently",
-        "FILE",
-    ),
-    _Option(
-        "--tls-cert", "LITEHIT_TLS_CERT", None, str, "PEM certificate chain (enables TLS)", "FILE"
-    ),
-    _Option("--tls-key", "LITEHIT_TLS_KEY", None, str, "PEM private key (with --tls-cert)", "FILE"),
-    _Option(
-        "--admin-token",
-        "LITEHIT_ADMIN_TOKEN",
-        None,
-        str,
-        "require 'authorization: Bearer TOKEN' metadata on mutating RPCs",
-        "TOKEN",
-    ),
-    _Option(
-        "--max-message-bytes",
-        "LITEHIT_MAX_MESSAGE_BYTES",
-        64 * 1024 * 1024,
-        _positive_int,
-        "largest gRPC message accepted or sent, bytes",
-        "BYTES",
-    ),
-    _Option(
-        "--max-block-keys",
-        "LITEHIT_MAX_BLOCK_KEYS",
-        1_000_000,
-        _positive_int,
-        "most block_keys one TraceQuery may carry",
-        "N",
-    ),
-    _Option(
-        "--grace-seconds",
-        "LITEHIT_GRACE_SECONDS",
-        10.0,
-        _non_negative_float,
-        "on SIGTERM/SIGINT, seconds in-flight RPCs and streams get to finish",
-        "SECONDS",
-    ),
-)
+    _Option("--listen", "LITEHIT_LISTEN", "127.0.0.1:50051", _address,
+            "gRPC HOST:PORT (port 0 = any)", "ADDR"),
+    _Option("--metrics-listen", "LITEHIT_METRICS_LISTEN", "127.0.0.1:9464", _address,
+            "Prometheus /metrics HOST:PORT (port 0 = any)", "ADDR"),
+    _Option("--data-dir", "LITEHIT_DATA_DIR", "./litehit-data", str,
+            "directory of the SQLite registry and of state/ snapshots; created if missing",
+            "DIR"),
+    _Option("--groups", "LITEHIT_GROUPS", None, str,
+            'JSON/YAML file {"instance_groups": [...], "instances": [...]} (proto field names) '
+            "ensured at start, idempotently", "FILE"),
+    _Option("--tls-cert", "LITEHIT_TLS_CERT", None, str, "PEM certificate chain (enables TLS)",
+            "FILE"),
+    _Option("--tls-key", "LITEHIT_TLS_KEY", None, str, "PEM private key (with --tls-cert)",
+            "FILE"),
+    _Option("--admin-token", "LITEHIT_ADMIN_TOKEN", None, str,
+            "require 'authorization: Bearer TOKEN' on every RPC that is neither a read nor a "
+            "query (prefer --admin-token-file: a command line is visible to other users)",
+            "TOKEN"),
+    _Option("--admin-token-file", "LITEHIT_ADMIN_TOKEN_FILE", None, str,
+            "read the admin token from this file's first line", "FILE"),
+    _Option("--query-token", "LITEHIT_QUERY_TOKEN", None, str,
+            "require 'authorization: Bearer TOKEN' on TraceQuery and TraceQueryStream (the "
+            "admin token is accepted too)", "TOKEN"),
+    _Option("--query-token-file", "LITEHIT_QUERY_TOKEN_FILE", None, str,
+            "read the query token from this file's first line", "FILE"),
+    _Option("--max-message-bytes", "LITEHIT_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, _positive_int,
+            "largest gRPC message accepted or sent, bytes", "BYTES"),
+    _Option("--max-block-keys", "LITEHIT_MAX_BLOCK_KEYS", 1_000_000, _positive_int,
+            "most block_keys one TraceQuery may carry", "N"),
+    _Option("--max-streams", "LITEHIT_MAX_STREAMS", 1024, _positive_int,
+            "most concurrent TraceQueryStream calls (one more: RESOURCE_EXHAUSTED)", "N"),
+    _Option("--stream-idle-seconds", "LITEHIT_STREAM_IDLE_SECONDS", 600.0, _positive_float,
+            "end a stream that sends nothing for this long", "SECONDS"),
+    _Option("--max-instances", "LITEHIT_MAX_INSTANCES", 1024, _positive_int,
+            "most registered instances (one more: REACH_MAX_ENTITY_CAPACITY)", "N"),
+    _Option("--max-tracked-blocks", "LITEHIT_MAX_TRACKED_BLOCKS", 8_388_608, _positive_int,
+            "most blocks one instance tracks; past it the least recent are dropped (slots "
+            "stay exact, the theoretical maximum becomes an LRU of this size)", "N"),
+    _Option("--max-clock-skew-seconds", "LITEHIT_MAX_CLOCK_SKEW_SECONDS", 300.0,
+            _non_negative_float,
+            "refuse a timestamp_ns further ahead of the server's clock (INVALID_ARGUMENT)",
+            "SECONDS"),
+    _Option("--snapshot-interval-seconds", "LITEHIT_SNAPSHOT_INTERVAL_SECONDS", 60.0,
+            _non_negative_float,
+            "write every instance's state to DATA_DIR/state this often (0 = only at stop)",
+            "SECONDS"),
+    _Option("--grace-seconds", "LITEHIT_GRACE_SECONDS", 10.0, _non_negative_float,
+            "on SIGTERM/SIGINT, time streams and calls get to finish; the process exits "
+            "within this + 5 s", "SECONDS"),
+    _Option("--log-format", "LITEHIT_LOG_FORMAT", "text", _log_format,
+            "text, or json (one object per line, for log shippers)", "FORMAT"),
+)  # fmt: skip
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -160,24 +155,43 @@ def resolve(args: argparse.Namespace, environ: dict[str, str] | None = None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start the service and block until SIGTERM/SIGINT; 0 on a clean stop (raises on errors)."""
+    """Start the service and block until SIGTERM/SIGINT; 0 after a clean drain, 1 when
+    calls had to be abandoned (raises on start-up errors)."""
     values = resolve(args)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        admin_token = read_token(values["admin_token"], values["admin_token_file"], "--admin-token")
+        query_token = read_token(values["query_token"], values["query_token_file"], "--query-token")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
-    from litehit_service.server import ServerConfig, serve
+    from litehit_service.logs import configure_logging
+    from litehit_service.server import ServerOptions
+    from litehit_service.service import ServerConfig, serve
 
+    configure_logging(values["log_format"])
+    try:
+        options = ServerOptions(
+            max_message_bytes=values["max_message_bytes"],
+            max_streams=values["max_streams"],
+            stream_idle_seconds=values["stream_idle_seconds"],
+            admin_token=admin_token,
+            query_token=query_token,
+            tls_cert=values["tls_cert"],
+            tls_key=values["tls_key"],
+        )
+    except ValueError as exc:  # e.g. a certificate without its key
+        raise UsageError(str(exc)) from None
     config = ServerConfig(
         listen=values["listen"],
         metrics_listen=values["metrics_listen"],
         data_dir=values["data_dir"],
         groups_file=values["groups"],
-        tls_cert=values["tls_cert"],
-        tls_key=values["tls_key"],
-        admin_token=values["admin_token"],
-        max_message_bytes=values["max_message_bytes"],
+        server=options,
         max_block_keys=values["max_block_keys"],
+        max_clock_skew_seconds=values["max_clock_skew_seconds"],
+        max_instances=values["max_instances"],
+        max_tracked_blocks=values["max_tracked_blocks"],
+        snapshot_interval_seconds=values["snapshot_interval_seconds"],
         grace_seconds=values["grace_seconds"],
     )
     return serve(config)

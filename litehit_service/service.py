@@ -1,0 +1,368 @@
+"""``litehit serve``: the whole service process.
+
+:func:`serve` runs one service: a lock on the data dir (one server per folder), the SQLite
+registry, restored configuration and instance state (``state/`` snapshots), an optional
+groups file applied idempotently, Prometheus ``/metrics``, the gRPC server, a snapshot
+every ``snapshot_interval_seconds``, and the drain on SIGTERM/SIGINT with a guaranteed
+exit (see :func:`serve`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from litehit_service.addresses import format_address, parse_address
+from litehit_service.entries import load_groups_file
+from litehit_service.errors import InstanceNotExist
+from litehit_service.manager import ManagerLimits, OnlineOptimizerManager, validated_group
+from litehit_service.metrics import ServiceMetrics
+from litehit_service.model import InstanceGroup, InstanceRegistration
+from litehit_service.policy import QueryPolicy
+from litehit_service.registry import Registry
+from litehit_service.server import LiteHitServer, ServerOptions
+from litehit_service.snapshots import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+REGISTRY_FILE = "litehit.sqlite3"
+LOCK_FILE = "litehit.lock"
+STATE_DIR = "state"
+DEFAULT_GRACE_SECONDS = 10.0
+DEFAULT_SNAPSHOT_INTERVAL_SECONDS = 60.0
+EXIT_DEADLINE_SLACK_SECONDS = 5.0
+"""The process exits at the latest this long after the grace period ends."""
+
+
+# --------------------------------------------------------------------------------------------
+# Groups file
+# --------------------------------------------------------------------------------------------
+
+
+def apply_groups(
+    manager: OnlineOptimizerManager,
+    groups: Sequence[InstanceGroup],
+    registrations: Sequence[InstanceRegistration],
+) -> list[str]:
+    """Ensure ``groups`` and ``registrations`` exist as given; idempotent. Returns actions.
+
+    A missing group is created, a different one updated (its instances are removed and
+    re-registered around the update; meant for start-up; those instances restart with fresh state);
+    an equal one is left alone. A registration is (re)registered only when it differs from
+    the stored one. Everything is first rehearsed on a scratch in-memory manager holding a
+    copy of the configuration, so an invalid entry raises (OptimizerError naming it) before
+    anything changes. O(groups + instances).
+    """
+    scratch = OnlineOptimizerManager(None, manager.policy, manager.limits)
+    for group in manager.list_groups():
+        scratch.create_group(group)
+    for info in manager.instance_infos():
+        scratch.register_instance(info.registration)
+    _apply_groups(scratch, groups, registrations)
+    return _apply_groups(manager, groups, registrations)
+
+
+def _apply_groups(
+    manager: OnlineOptimizerManager,
+    groups: Sequence[InstanceGroup],
+    registrations: Sequence[InstanceRegistration],
+) -> list[str]:
+    actions: list[str] = []
+    existing = {g.name: g for g in manager.list_groups()}
+    for group in groups:
+        current = existing.get(group.name)
+        if current is None:
+            manager.create_group(group)
+            existing[group.name] = manager.get_group(group.name)
+            actions.append(f"created group {group.name}")
+            continue
+        if current == validated_group(group):
+            continue
+        members = [
+            i.registration for i in manager.instance_infos() if i.instance_group == group.name
+        ]
+        for reg in members:
+            manager.remove_instance(reg.instance_id)
+        try:
+            manager.update_group(group)
+        finally:
+            for reg in members:
+                manager.register_instance(reg)
+        existing[group.name] = manager.get_group(group.name)
+        actions.append(f"updated group {group.name}")
+    for reg in registrations:
+        try:
+            if manager.get_instance(reg.instance_id) == reg:
+                continue
+        except InstanceNotExist:
+            pass
+        manager.register_instance(reg)
+        actions.append(f"registered instance {reg.instance_id}")
+    return actions
+
+
+# --------------------------------------------------------------------------------------------
+# The service process
+# --------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------
+# The service process
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``litehit serve`` needs; field defaults equal the CLI defaults.
+
+    Groups of fields: addresses and folders; the transport (:class:`ServerOptions`); the
+    query policy (``max_block_keys``, ``max_clock_skew_seconds``); the manager's limits
+    (``max_instances``, ``max_tracked_blocks``); durability and stopping
+    (``snapshot_interval_seconds``, 0 = only at stop; ``grace_seconds``).
+    """
+
+    listen: str = "127.0.0.1:50051"
+    metrics_listen: str = "127.0.0.1:9464"
+    data_dir: str = "./litehit-data"
+    groups_file: str | None = None
+    server: ServerOptions = ServerOptions()
+    max_block_keys: int = QueryPolicy.online().max_block_keys
+    max_clock_skew_seconds: float = 300.0
+    max_instances: int = ManagerLimits.online().max_instances
+    max_tracked_blocks: int = ManagerLimits.online().max_tracked_blocks
+    snapshot_interval_seconds: float = DEFAULT_SNAPSHOT_INTERVAL_SECONDS
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+
+
+class DataDirLock:
+    """An exclusive lock on a data dir (``litehit.lock``, flock): one server per folder."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / LOCK_FILE
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(self._fd, 32).decode(errors="replace").strip() or "?"
+            os.close(self._fd)
+            raise OSError(
+                f"data dir {str(data_dir)!r} is in use by another litehit serve (pid {holder})"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, f"{os.getpid()}\n".encode())
+
+    def release(self) -> None:
+        """Release the lock (the file stays)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class Snapshotter:
+    """Writes every instance's snapshot every ``interval`` seconds on its own thread.
+
+    Each instance is captured under its query gate on the server (its queries wait for the
+    capture, no other instance's do) and written outside it; a failure is logged and
+    counted, and the next round tries again. ``interval`` 0 disables the thread.
+    """
+
+    def __init__(
+        self, manager: OnlineOptimizerManager, server: LiteHitServer, interval: float
+    ) -> None:
+        self._manager = manager
+        self._server = server
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Snapshotter:
+        """Start the periodic thread (no-op for interval 0)."""
+        if self._interval > 0:
+            self._thread = threading.Thread(
+                target=self._loop, name="litehit-snapshots", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.run_once()
+
+    def run_once(self) -> None:
+        """One round: capture and write every instance. O(total tracked blocks)."""
+        server = self._server
+        for instance_id in self._manager.instance_ids():
+            if self._stop.is_set():
+                return
+            try:
+                capture = server.call(
+                    lambda iid=instance_id: server.transport.gates.run(
+                        {iid},
+                        lambda: server.transport.in_executor(
+                            lambda: self._manager.capture_state(iid)
+                        ),
+                    )
+                )
+            except RuntimeError:  # the server stopped meanwhile
+                return
+            if capture is not None:
+                self._manager.write_state(capture)
+
+    def stop(self) -> None:
+        """Stop the thread after its current instance. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+def serve(
+    config: ServerConfig,
+    *,
+    stop: threading.Event | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Run the service until SIGTERM/SIGINT (or ``stop`` is set); returns the exit code.
+
+    Start-up: lock ``<data_dir>``, open the registry ``<data_dir>/litehit.sqlite3``,
+    restore groups and instances, restore each instance's ``state/`` snapshot (a corrupt,
+    truncated or foreign one: that instance starts fresh, logged at ERROR and counted),
+    apply ``groups_file``, start ``/metrics`` and the gRPC server, then print one line
+    ``litehit serving grpc=HOST:PORT metrics=HOST:PORT data_dir=DIR`` to ``out`` (stdout).
+    A start-up error raises (and a registry file this start created is removed again).
+
+    Stop (first signal): health NOT_SERVING, new calls UNAVAILABLE, every stream answers
+    the batch it is applying and ends with UNAVAILABLE, everything gets ``grace_seconds``;
+    then every instance's snapshot is written. Returns 0 when all of that finished in time,
+    1 when calls had to be abandoned (logged). In the main thread a watchdog guarantees
+    the process ends by ``grace_seconds + 5`` s (exit 1, logging what it abandoned), and a
+    second signal exits at once (exit 1; the state since the last snapshot is lost).
+    """
+    out = out if out is not None else sys.stdout
+    stop = stop if stop is not None else threading.Event()
+    grpc_host, _ = parse_address(config.listen, "listen")
+    metrics_host, metrics_port = parse_address(config.metrics_listen, "metrics listen")
+    if config.grace_seconds < 0:
+        raise ValueError(f"grace seconds must be >= 0, got {config.grace_seconds}")
+    if config.snapshot_interval_seconds < 0:
+        raise ValueError(
+            f"snapshot interval must be >= 0 seconds, got {config.snapshot_interval_seconds}"
+        )
+    data_dir = Path(config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(data_dir)
+    registry_path = data_dir / REGISTRY_FILE
+    created_registry = not registry_path.exists()
+    registry: Registry | None = None
+    metrics_server = None
+    server: LiteHitServer | None = None
+    snapshotter: Snapshotter | None = None
+    started = False
+    code = 0
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = _install_signal_handlers(stop) if main_thread else {}
+    try:
+        registry = Registry(registry_path)
+        manager = OnlineOptimizerManager(
+            registry,
+            QueryPolicy.online(
+                max_block_keys=config.max_block_keys,
+                max_clock_skew_seconds=config.max_clock_skew_seconds,
+            ),
+            ManagerLimits.online(config.max_instances, config.max_tracked_blocks),
+            state_store=SnapshotStore(data_dir / STATE_DIR),
+        )
+        manager.restore()
+        manager.restore_states()
+        if config.groups_file:
+            groups, regs = load_groups_file(config.groups_file)
+            for action in apply_groups(manager, groups, regs):
+                log.info("groups file: %s", action)
+        metrics = ServiceMetrics(manager)
+        server = LiteHitServer(manager, metrics, config.listen, config.server).start()
+        metrics_server, bound_metrics = metrics.start_http_server(metrics_host, metrics_port)
+        snapshotter = Snapshotter(manager, server, config.snapshot_interval_seconds).start()
+        started = True
+        print(
+            f"litehit serving grpc={format_address(grpc_host, server.port)} "
+            f"metrics={format_address(metrics_host, bound_metrics)} "
+            f"data_dir={data_dir.resolve()}",
+            file=out,
+            flush=True,
+        )
+        stop.wait()
+        log.info("stopping: draining for up to %g s", config.grace_seconds)
+        watchdog = _arm_watchdog(config.grace_seconds, server) if main_thread else None
+        snapshotter.stop()
+        report = server.drain(config.grace_seconds)
+        for line in report.abandoned:
+            log.error("abandoned at the end of the grace period: %s", line)
+        written = manager.save_all_states()
+        log.info("wrote %d instance snapshots", written)
+        if watchdog is not None:
+            watchdog.cancel()
+        code = 0 if report.clean else 1
+    finally:
+        _restore_signal_handlers(previous)
+        if snapshotter is not None:
+            snapshotter.stop()
+        if server is not None:
+            server.stop()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+        if registry is not None:
+            registry.close()
+        if not started and created_registry:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{registry_path}{suffix}").unlink(missing_ok=True)
+        lock.release()
+    print("litehit stopped", file=out, flush=True)
+    return code
+
+
+def _arm_watchdog(grace: float, server: LiteHitServer) -> threading.Timer:
+    """Exit the process (1) if stopping takes longer than ``grace`` + the slack."""
+
+    def fire() -> None:
+        for line in server.transport.abandoned() or ["(no open streams: a snapshot was late)"]:
+            log.error("exit deadline reached, abandoning: %s", line)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(grace + EXIT_DEADLINE_SLACK_SECONDS, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
+    """First SIGTERM/SIGINT sets ``stop``; a second exits at once. Returns the old handlers."""
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            log.error(
+                "second %s: exiting at once; state since the last snapshot is lost",
+                signal.Signals(signum).name,
+            )
+            logging.shutdown()
+            os._exit(1)
+        stop.set()
+
+    return {sig: signal.signal(sig, handler) for sig in _SIGNALS}
+
+
+def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)

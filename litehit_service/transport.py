@@ -1,0 +1,327 @@
+"""The gRPC transport of OptimizerService on ``grpc.aio``: access, decoding, limits, drain.
+
+One asyncio event loop carries every call; no thread waits for a client. The handlers are
+built by walking the service descriptor (so a method added to the proto is served, and
+guarded by :mod:`litehit_service.access`, without editing any list). For each call:
+
+1. **Access**: the method's kind (read/query/admin) and the configured tokens decide;
+   a refused call ends with UNAUTHENTICATED before anything is decoded or changed.
+2. **Decoding** happens here (requests arrive as bytes): a message that cannot be decoded
+   ends that call only, with INVALID_ARGUMENT, is counted and logged (no traceback).
+3. **Work** runs on a thread pool (the event loop never blocks on the engine, the registry
+   or an instance lock). Queries on one instance are serialised by an asyncio gate per
+   instance, so a batch waiting for a busy instance (e.g. one being snapshotted) holds no
+   thread and never delays other instances.
+4. **Streams**: at most ``max_streams`` TraceQueryStream calls at once (one more:
+   RESOURCE_EXHAUSTED naming the limit); a stream that sends nothing for
+   ``stream_idle_seconds`` is ended (DEADLINE_EXCEEDED). Batches of one stream are applied
+   in order, one at a time.
+5. **Drain** (:meth:`Transport.start_drain`): a stream finishes the batch it is applying,
+   answers it, then ends with UNAVAILABLE "server shutting down"; a batch is applied and
+   answered, or not applied at all. Unary calls that arrive get UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from litehit_service import messages as pb2
+from litehit_service.access import Access, TokenCheck, method_access
+from litehit_service.servicer import OptimizerServicer
+
+log = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "server shutting down"
+STREAM_METHOD = "TraceQueryStream"
+
+
+@dataclass
+class StreamRecord:
+    """What one open stream is doing (for the drain's report of abandoned streams)."""
+
+    peer: str
+    state: str = "reading"  # reading | applying | writing
+    batches: int = 0
+    queries: int = 0
+    unanswered: int = 0  # queries applied whose answer has not been handed to gRPC
+
+
+@dataclass
+class TransportStats:
+    """Counters the metrics collector reads at scrape time (cumulative)."""
+
+    streams_rejected: int = 0
+    streams_idle_closed: int = 0
+    unauthenticated: dict[str, int] = field(default_factory=dict)
+    undecodable: dict[str, int] = field(default_factory=dict)
+
+
+class InstanceGates:
+    """One asyncio lock per registered instance: queries (and snapshots) of an instance run
+    one at a time without holding a thread while they wait. Loop thread only.
+
+    ``known(instance_id)`` says whether an id is registered; unknown ids get no gate (their
+    queries fail at once), so a client cannot grow this map. O(instances) memory.
+    """
+
+    def __init__(self, known: Callable[[str], bool]) -> None:
+        self._known = known
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _lock(self, instance_id: str) -> asyncio.Lock | None:
+        lock = self._locks.get(instance_id)
+        if lock is None and self._known(instance_id):
+            if len(self._locks) >= 64 and len(self._locks) % 64 == 0:
+                self._prune()
+            lock = self._locks[instance_id] = asyncio.Lock()
+        return lock
+
+    def _prune(self) -> None:
+        for iid in [i for i, lock in self._locks.items() if not lock.locked()]:
+            if not self._known(iid):
+                del self._locks[iid]
+
+    async def run(self, instance_ids: set[str], work: Callable[[], Awaitable[Any]]) -> Any:
+        """Await ``work()`` holding the gates of ``instance_ids`` (in sorted order: no
+        deadlock between batches naming several instances)."""
+        held: list[asyncio.Lock] = []
+        try:
+            for iid in sorted(instance_ids):
+                lock = self._lock(iid)
+                if lock is not None:
+                    await lock.acquire()
+                    held.append(lock)
+            return await work()
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+
+class Transport:
+    """Serves OptimizerService through ``servicer`` on the running event loop.
+
+    ``executor`` runs the servicer's (synchronous) work; ``known_instance`` tells the
+    gates which ids are registered; ``max_streams`` and ``stream_idle_seconds`` bound the
+    streams; ``tokens`` guards access.
+    """
+
+    def __init__(
+        self,
+        servicer: OptimizerServicer,
+        executor: Executor,
+        known_instance: Callable[[str], bool],
+        *,
+        tokens: TokenCheck,
+        max_streams: int,
+        stream_idle_seconds: float,
+    ) -> None:
+        if max_streams <= 0:
+            raise ValueError(f"max_streams must be > 0, got {max_streams}")
+        if not stream_idle_seconds > 0:
+            raise ValueError(f"stream_idle_seconds must be > 0, got {stream_idle_seconds}")
+        self._servicer = servicer
+        self._executor = executor
+        self._tokens = tokens
+        self.max_streams = max_streams
+        self.stream_idle_seconds = stream_idle_seconds
+        self.gates = InstanceGates(known_instance)
+        self.streams: dict[int, StreamRecord] = {}
+        self.stats = TransportStats()
+        self._draining: asyncio.Event | None = None  # created on the loop
+        self._next_stream = 0
+
+    # ------------------------------------------------------------------ handlers
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        """Handlers for every method of the OptimizerService descriptor (bytes in, bytes out)."""
+        service = pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"]
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for method in service.methods:
+            access = method_access(method.name)
+            request_type = _message_class(method.input_type.name)
+            if method.client_streaming or method.server_streaming:
+                handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                    self._stream_handler(method.name, access, request_type)
+                )
+            else:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary_handler(method.name, access, request_type)
+                )
+        return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+    def _draining_event(self) -> asyncio.Event:
+        if self._draining is None:
+            self._draining = asyncio.Event()
+        return self._draining
+
+    @property
+    def draining(self) -> bool:
+        """True once :meth:`start_drain` ran."""
+        return self._draining is not None and self._draining.is_set()
+
+    def start_drain(self) -> None:
+        """Begin the drain (loop thread): streams end after their current batch."""
+        self._draining_event().set()
+
+    async def _authorize(self, method: str, access: Access, context: Any) -> None:
+        if self._tokens.allowed(access, context.invocation_metadata()):
+            return
+        stats = self.stats.unauthenticated
+        stats[method] = stats.get(method, 0) + 1
+        needed = "admin" if access is Access.ADMIN else "query (or admin)"
+        log.info(
+            "%s refused: missing or wrong authorization token",
+            method,
+            extra={"method": method, "code": "UNAUTHENTICATED", "peer": context.peer()},
+        )
+        await context.abort(
+            grpc.StatusCode.UNAUTHENTICATED,
+            f"{method} needs metadata 'authorization: Bearer <{needed} token>'",
+        )
+
+    async def _decode(self, method: str, request_type: Any, raw: bytes, context: Any, n: int = 0):
+        try:
+            return request_type.FromString(raw)
+        except DecodeError as exc:
+            stats = self.stats.undecodable
+            stats[method] = stats.get(method, 0) + 1
+            where = f"message {n} of the stream" if n else "the request"
+            log.info(
+                "%s: %s could not be decoded (%s); the call is ended",
+                method,
+                where,
+                exc,
+                extra={"method": method, "code": "INVALID_ARGUMENT", "peer": context.peer()},
+            )
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{method}: {where} could not be decoded as {request_type.DESCRIPTOR.name}",
+            )
+
+    def _unary_handler(
+        self, method: str, access: Access, request_type: Any
+    ) -> Callable[[bytes, Any], Awaitable[bytes]]:
+        servicer_method = getattr(self._servicer, method, None)
+        loop_run = self._in_executor
+
+        async def handle(raw: bytes, context: Any) -> bytes:
+            await self._authorize(method, access, context)
+            request = await self._decode(method, request_type, raw, context)
+            if self.draining:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            if servicer_method is None:
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented")
+
+            def work() -> bytes:
+                return servicer_method(request, None).SerializeToString()
+
+            if access is Access.QUERY:
+                return await self.gates.run({request.instance_id}, lambda: loop_run(work))
+            return await loop_run(work)
+
+        return handle
+
+    def _in_executor(self, work: Callable[[], Any]) -> Awaitable[Any]:
+        return asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    def _stream_handler(
+        self, method: str, access: Access, request_type: Any
+    ) -> Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]]:
+        async def handle(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+            await self._authorize(method, access, context)
+            if self.draining:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+            if len(self.streams) >= self.max_streams:
+                self.stats.streams_rejected += 1
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"too many concurrent {method} calls: the limit is {self.max_streams} "
+                    "(--max-streams); retry later or batch more queries per stream",
+                )
+            self._next_stream += 1
+            key = self._next_stream
+            record = self.streams[key] = StreamRecord(peer=context.peer())
+            try:
+                async for response in self._serve_stream(
+                    method, request_type, requests, context, record
+                ):
+                    yield response
+            finally:
+                del self.streams[key]
+
+        return handle
+
+    async def _serve_stream(
+        self,
+        method: str,
+        request_type: Any,
+        requests: AsyncIterator[bytes],
+        context: Any,
+        record: StreamRecord,
+    ) -> AsyncIterator[bytes]:
+        reader = requests.__aiter__()
+        draining = self._draining_event()
+        drain_wait = asyncio.ensure_future(draining.wait())
+        try:
+            n = 0
+            while True:
+                if draining.is_set():
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+                read = asyncio.ensure_future(reader.__anext__())
+                done, _ = await asyncio.wait(
+                    {read, drain_wait},
+                    timeout=self.stream_idle_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if read not in done:
+                    read.cancel()
+                    if drain_wait in done:
+                        await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+                    self.stats.streams_idle_closed += 1
+                    await context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"{method} sent nothing for {self.stream_idle_seconds:g} s "
+                        "(--stream-idle-seconds); the stream is closed",
+                    )
+                try:
+                    raw = read.result()
+                except StopAsyncIteration:
+                    return
+                n += 1
+                batch = await self._decode(method, request_type, raw, context, n)
+                record.state = "applying"
+                ids = {q.instance_id for q in batch.queries}
+
+                def work(batch: Any = batch) -> bytes:
+                    return self._servicer.answer_batch(batch, method).SerializeToString()
+
+                response = await self.gates.run(ids, lambda work=work: self._in_executor(work))
+                record.batches += 1
+                record.queries += len(batch.queries)
+                record.unanswered = len(batch.queries)
+                record.state = "writing"
+                yield response
+                record.unanswered = 0
+                record.state = "reading"
+        finally:
+            drain_wait.cancel()
+
+    def abandoned(self) -> list[str]:
+        """One line per stream still open (for the drain's log)."""
+        return [
+            f"stream from {r.peer}: {r.state}, {r.batches} batches ({r.queries} queries) "
+            f"answered, {r.unanswered} queries applied without a delivered answer"
+            for r in self.streams.values()
+        ]
+
+
+def _message_class(name: str) -> Any:
+    return getattr(pb2, name)
