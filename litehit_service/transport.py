@@ -210,7 +210,7 @@ class Transport:
         self, method: str, access: Access, request_type: Any
     ) -> Callable[[bytes, Any], Awaitable[bytes]]:
         servicer_method = getattr(self._servicer, method, None)
-        loop_run = self._in_executor
+        loop_run = self.in_executor
 
         async def handle(raw: bytes, context: Any) -> bytes:
             await self._authorize(method, access, context)
@@ -229,7 +229,8 @@ class Transport:
 
         return handle
 
-    def _in_executor(self, work: Callable[[], Any]) -> Awaitable[Any]:
+    def in_executor(self, work: Callable[[], Any]) -> Awaitable[Any]:
+        """Run ``work()`` on the work threads (await it on the loop)."""
         return asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def _stream_handler(
@@ -303,7 +304,7 @@ class Transport:
                 def work(batch: Any = batch) -> bytes:
                     return self._servicer.answer_batch(batch, method).SerializeToString()
 
-                response = await self.gates.run(ids, lambda work=work: self._in_executor(work))
+                response = await self.gates.run(ids, lambda work=work: self.in_executor(work))
                 record.batches += 1
                 record.queries += len(batch.queries)
                 record.unanswered = len(batch.queries)

@@ -42,29 +42,45 @@ class ServeProcess:
             env=serve_env(),
             cwd=ROOT,
         )
-        lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(
-            target=lambda: [lines.put(line) for line in self.proc.stdout], daemon=True
-        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:
+            for line in self.proc.stdout:  # type: ignore[union-attr]
+                lines.put(line)
+            lines.put(None)  # end of output: the process is gone
+
+        self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
         self.lines = lines
+        self._errors: list[str] = []  # stderr, drained continuously (a full pipe would block)
+        self._err_reader = threading.Thread(
+            target=lambda: self._errors.extend(self.proc.stderr), daemon=True
+        )
+        self._err_reader.start()
         try:
             first = lines.get(timeout=60)
         except queue.Empty:
             self.proc.kill()
             raise AssertionError("litehit serve printed nothing") from None
-        assert first.startswith("litehit serving grpc=127.0.0.1:"), (
-            first + self.proc.stderr.read() if self.proc.poll() is not None else first
-        )
+        if first is None or not first.startswith("litehit serving grpc=127.0.0.1:"):
+            self.proc.wait(timeout=30)
+            raise AssertionError(f"litehit serve exited ({self.proc.returncode}): {self.stderr()}")
         fields = dict(part.split("=", 1) for part in first.split()[2:])
         self.grpc = fields["grpc"]
         self.metrics = fields["metrics"]
         self.data_dir = fields["data_dir"]
 
+    def stderr(self) -> str:
+        """Everything the server wrote to stderr so far (after it exited: all of it)."""
+        if self.proc.poll() is not None:
+            self._err_reader.join(timeout=10)
+        return "".join(self._errors)
+
     def terminate(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=60)
         self._reader.join(timeout=10)
+        self._err_reader.join(timeout=10)
         return code
 
     def kill(self) -> None:

@@ -802,8 +802,8 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
     finally:
         code = server.terminate() if server.proc.poll() is None else server.proc.returncode
         server.kill()
-    assert code == 0, server.proc.stderr.read()
-    assert list(server.lines.queue) == ["litehit stopped\n"]
+    assert code == 0, server.stderr()
+    assert list(server.lines.queue) == ["litehit stopped\n", None]
     down = _cli("health", "--server", server.grpc, "--timeout", "1")
     assert down.returncode == 1
     assert "unreachable" in down.stderr
