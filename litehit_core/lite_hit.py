@@ -42,6 +42,11 @@ last bucket by popcounts, so a request pays O(1 + blocks dropped / _W) amortised
 steps plus O(_SHIFT) popcounts, independent of K. Dropped keys leave the dict at the next
 compaction, which a limited engine triggers on tracked (not merely non-dead) blocks, so
 the dict and the position space stay O(K + _SLACK) under any flood of fresh keys.
+
+Snapshots: :meth:`LiteHit.export_state` returns exactly what a compaction keeps (tracked
+keys in recency order, their access times per run, the clock and the counters) and
+:meth:`LiteHit.from_state` rebuilds a freshly compacted engine from it, which then answers
+every request as the exporting engine would.
 """
 
 from __future__ import annotations
@@ -340,7 +345,7 @@ class LiteHit:
         except ValueError:
             m = n
         if pexp and m and min(olds[:m]) < pexp:
-            m = next(j for j, p in enumerate(olds) if p < pexp)
+            m = list(map(pexp.__gt__, olds[:m])).index(True)  # (C speed, no closure)
 
         # Fast paths cover the shapes real traffic has: the cached prefix is one run, or a
         # shared head block (system prompt) then one run, and every later block is new.
@@ -611,9 +616,12 @@ class LiteHit:
         assert self._ep_time == sorted(self._ep_time)
         assert len(self._ep_pos) == len(self._ep_time)
         assert not self._ttl or not self._ep_time or self._ep_time[-1] <= self._now
+        tracked = [p for p in values if p >= pexp]
+        if self._ttl and tracked:
+            assert self._ep_pos and self._ep_pos[0] <= min(tracked), "a block has no epoch"
         assert 0 <= pexp <= t, f"boundary {pexp} outside [0, {t}]"
         unique = self.current_unique_blocks()
-        assert unique == sum(1 for p in values if p >= pexp)
+        assert unique == len(tracked)
         assert self._bounded == bool(self._ttl or self._limit)
         assert not self._limit or unique <= self._limit, f"{unique} > {self._limit} tracked"
         assert self.expired_blocks >= 0 and self.dropped_blocks >= 0
