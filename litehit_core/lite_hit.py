@@ -52,10 +52,12 @@ every request as the exporting engine would.
 from __future__ import annotations
 
 import sys
+from array import array
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Sequence
-from itertools import groupby, islice
-from operator import add
+from itertools import compress, groupby, islice
+from operator import add, eq
 
 import numpy as np
 
@@ -106,6 +108,7 @@ class LiteHit:
         "_now",
         "expired_blocks",
         "dropped_blocks",
+        "_by_pos",
     )
 
     def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
@@ -137,6 +140,7 @@ class LiteHit:
         self._now = _INT64_MIN
         self.expired_blocks = 0
         self.dropped_blocks = 0
+        self._by_pos = array("q")
         self._alloc(_SLACK)
 
     def export_state(self) -> EngineState:
@@ -182,8 +186,8 @@ class LiteHit:
         else:
             starts = np.zeros(0, np.int64)
             epoch_times = np.zeros(0, np.int64)
-        for array in (keys, starts, epoch_times):
-            array.flags.writeable = False
+        for values in (keys, starts, epoch_times):
+            values.flags.writeable = False
         return EngineState(
             model=_MODEL,
             format_version=STATE_FORMAT_VERSION,
@@ -220,6 +224,8 @@ class LiteHit:
             )
         engine._pos = pos
         engine._next = n
+        if engine._bounded:
+            engine._by_pos = array("q", keys.tobytes())
         engine._alloc(2 * n + _SLACK)
         if engine._ttl:
             engine._ep_pos = starts.tolist()
@@ -278,7 +284,7 @@ class LiteHit:
         this against RSS. Cost: O(_SAMPLE) plus C-speed O(U / _W) over the bucket masks.
         """
         getsizeof = sys.getsizeof
-        total = self._dict_bytes() + getsizeof(self)
+        total = self._dict_bytes() + getsizeof(self) + getsizeof(self._by_pos)
         mask = self._mask
         total += getsizeof(mask) + getsizeof(self._bcnt) + getsizeof(self._scnt)
         nonzero = len(mask) - mask.count(0)
@@ -322,6 +328,14 @@ class LiteHit:
         """
         keys = block_keys if type(block_keys) is list else list(block_keys)
         n = len(keys)
+        if self._bounded:
+            try:  # checked before any change: the engine keeps keys by position as int64
+                tail_first = array("q", keys)
+            except OverflowError:
+                raise InvalidRequestError(
+                    "block_keys must be int64 integers, got one outside [-2**63, 2**63)"
+                ) from None
+            tail_first.reverse()
         if self._ttl:
             if now_ns < self._now:
                 now_ns = self._now
@@ -427,6 +441,10 @@ class LiteHit:
         t += n
         self._next = t
         if self._bounded:
+            # the key at each position, so keys leaving past the boundary leave at once
+            if len(tail_first) != n:  # duplicates were dropped above
+                tail_first = array("q", keys[::-1])
+            self._by_pos[t - n : t] = tail_first
             if self._ttl:
                 ep_time = self._ep_time
                 if not ep_time or ep_time[-1] != now_ns:
@@ -477,12 +495,23 @@ class LiteHit:
         """
         i = bisect_right(self._ep_time, now - self._ttl)
         new = self._ep_pos[i] if i < len(self._ep_pos) else self._next
-        if new <= self._pexp:
+        old = self._pexp
+        if new <= old:
             return
         dead_below = self._dead_before(new)
-        self.expired_blocks += (new - self._pexp) - (dead_below - self._dead_below)
+        self.expired_blocks += (new - old) - (dead_below - self._dead_below)
         self._pexp = new
         self._dead_below = dead_below
+        self._evict(old, new)
+
+    def _evict(self, start: int, stop: int) -> None:
+        """Remove from the dict the keys whose live marker lies in ``[start, stop)`` (the
+        boundary just passed them), so a bounded engine holds no key it no longer tracks.
+        O(stop - start) at C speed (no interpreter loop)."""
+        seg = self._by_pos[start:stop]
+        pos = self._pos
+        gone = list(compress(seg, map(eq, map(pos.get, seg), range(start, stop))))
+        deque(map(pos.__delitem__, gone), maxlen=0)
 
     def _drop(self, excess: int) -> None:
         """Move the lower boundary past the ``excess`` least recent live markers.
@@ -493,7 +522,7 @@ class LiteHit:
         and, if that does not settle, a binary search: O(_SHIFT) popcounts of one bucket.
         """
         self.dropped_blocks += excess
-        p = self._pexp
+        start = p = self._pexp
         t = self._next
         mask = self._mask
         bcnt = self._bcnt
@@ -520,6 +549,7 @@ class LiteHit:
             if not excess:
                 self._pexp = p
                 self._dead_below += dead_skipped
+                self._evict(start, p)
                 return
         # The place: the smallest s with ``excess`` live (zero) bits among word's low s
         # bits. Fixed-point steps s <- excess + dead_in(low s bits) rise from below to it
@@ -541,6 +571,7 @@ class LiteHit:
                     s = mid + 1
         self._pexp = p + s
         self._dead_below += dead_skipped + s - excess
+        self._evict(start, p + s)
 
     def _grow(self, incoming: int) -> None:
         """Extend the position space (no renumbering): amortised O(1) per position."""
@@ -555,7 +586,11 @@ class LiteHit:
         """
         pos = self._pos
         pexp = self._pexp
-        if pexp:
+        t = self._next
+        if self._bounded:  # the keys by position: live ones in order, no sort
+            seg = self._by_pos[pexp:t]
+            live = list(compress(seg, map(eq, map(pos.get, seg), range(pexp, t))))
+        elif pexp:
             live = [k for k, p in pos.items() if p >= pexp]
             live.sort(key=pos.__getitem__)
         else:
@@ -575,6 +610,8 @@ class LiteHit:
         else:
             self._ep_pos, self._ep_time = [], []
         n_live = len(live)
+        if self._bounded:  # in place: the array keeps its high-water size (no realloc churn)
+            self._by_pos[:n_live] = array("q", live)
         pos.clear()  # frees the old table, positions and dropped keys first
         self._pos = dict(zip(live, range(n_live)))
         self._next = n_live
@@ -625,6 +662,11 @@ class LiteHit:
         assert self._bounded == bool(self._ttl or self._limit)
         assert not self._limit or unique <= self._limit, f"{unique} > {self._limit} tracked"
         assert self.expired_blocks >= 0 and self.dropped_blocks >= 0
+        if self._bounded:  # no key it no longer tracks; the key of every live position
+            assert len(pos) == unique, f"{len(pos) - unique} untracked keys kept"
+            by_pos = self._by_pos
+            assert len(by_pos) >= t
+            assert all(by_pos[p] == k for k, p in pos.items()), "key by position wrong"
         assert t <= 3 * unique + _SLACK, f"compaction overdue: {t} positions, {unique} live"
 
 

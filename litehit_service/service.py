@@ -142,6 +142,31 @@ class ServerConfig:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
 
 
+def tune_allocator(mmap_threshold: int = 1 << 20, arenas: int = 1) -> bool:
+    """Ask glibc to map allocations of ``mmap_threshold`` bytes or more directly
+    (``mallopt(M_MMAP_THRESHOLD)``), so the memory an engine frees (a dict table replaced
+    at a resize or compaction) goes back to the system instead of staying in the heap, and
+    to keep ``arenas`` malloc arenas (``M_ARENA_MAX``: worker threads then share one heap
+    instead of each keeping its own; Python's GIL serialises them anyway). The process's
+    RSS then follows ``litehit_memory_bytes``. Returns False (and changes nothing) where
+    the C library is not glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold, m_arena_max = -3, -8  # glibc's <malloc.h>
+    return bool(mallopt(m_arena_max, int(arenas))) and bool(
+        mallopt(m_mmap_threshold, int(mmap_threshold))
+    )
+
+
 class DataDirLock:
     """An exclusive lock on a data dir (``litehit.lock``, flock): one server per folder."""
 
@@ -259,6 +284,7 @@ def serve(
     data_dir = Path(config.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)
+    tune_allocator()
     registry_path = data_dir / REGISTRY_FILE
     created_registry = not registry_path.exists()
     registry: Registry | None = None

@@ -321,10 +321,12 @@ def _rss_bytes(pid: int) -> int:
 
 
 def test_fresh_key_flood_reaches_a_memory_plateau(tmp_path: Path) -> None:
-    """A subprocess server with a small tracking limit, flooded with fresh keys: its RSS
-    stops growing once the limit is reached, and litehit_memory_bytes follows the RSS the
-    instance accounts for."""
-    limit = 150_000
+    """A subprocess server with a tracking limit, flooded with 4M fresh keys: its RSS stops
+    growing once the limit is reached, and litehit_memory_bytes is within 15 % of the RSS
+    the instance accounts for (RSS growth after a warm-up of the transport). The limit is
+    large enough (600k blocks, ~90 MiB) that the interpreter's own fixed costs do not
+    dominate; bench/README.md has the table down to small limits."""
+    limit = 600_000
     server = ServeProcess(
         "--data-dir", str(tmp_path / "d"), "--max-tracked-blocks", str(limit),
         "--snapshot-interval-seconds", "0",
@@ -333,9 +335,12 @@ def test_fresh_key_flood_reaches_a_memory_plateau(tmp_path: Path) -> None:
         with OptimizerClient(server.grpc, timeout=30) as c:
             c.create_instance_group(group(blocks=(1024,)))
             c.register_instance(reg())
+            # warm up the transport (threads, buffers) on keys that do not grow the engine
+            for _ in c.stream_trace_queries([query(list(range(256)))] * 2000, batch_size=64):
+                pass
             base = _rss_bytes(server.proc.pid)
             rss = []
-            key = 1
+            key = first = 10**9
 
             def flood(n_keys: int) -> None:
                 nonlocal key
@@ -346,14 +351,15 @@ def test_fresh_key_flood_reaches_a_memory_plateau(tmp_path: Path) -> None:
                 for _ in c.stream_trace_queries(requests, batch_size=64):
                     pass
 
-            for _ in range(16):
-                flood(250_000)
+            for _ in range(10):
+                flood(400_000)
                 rss.append(_rss_bytes(server.proc.pid))
             (summary,) = c.list_instances().instances
         assert summary.debug_info.unique_keys == limit
-        assert summary.debug_info.dropped_blocks == key - 1 - limit
-        # plateau: the last half of the flood (1M fresh keys) grew RSS by < 10 %
-        assert rss[-1] - rss[3] < 0.10 * (rss[3] - base), rss
+        assert summary.debug_info.dropped_blocks == 256 + key - first - limit
+        # plateau: once the limit is reached (after 1.2M keys), 2.8M more fresh keys grow
+        # RSS by less than 10 % of what the instance took
+        assert max(rss[3:]) - rss[3] < 0.10 * (rss[3] - base), rss
         memory = summary.debug_info.memory_usage_bytes
         grown = rss[-1] - base
         assert abs(memory - grown) < 0.15 * grown, (memory, grown)
