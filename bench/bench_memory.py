@@ -15,6 +15,10 @@ garbage and records the memory again. Two growths are compared with the estimate
   the allocators keep free for reuse (freed dict tables below glibc's mmap threshold,
   partly used pymalloc arenas).
 
+``--serve-allocator`` first tunes glibc as ``litehit serve`` does
+(:func:`litehit_service.service.tune_allocator`: allocations of 1 MiB and more mapped
+directly, one malloc arena), so freed dict tables go back to the system.
+
 Flood cases (a ``max_tracked_blocks`` far below the number of keys) also sample the ratio
 estimate / RSS growth 40 times over the second half of the flood, because a bounded
 engine's memory cycles between compactions (``min``/``max``). Linux with glibc >= 2.33.
@@ -36,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CASES: dict[str, tuple[int, int, int]] = {
     # name: (fresh keys, ttl_ns, max_tracked_blocks)
@@ -87,11 +92,16 @@ def in_use_bytes() -> int:
     return int(match.group(1).replace(",", "")) + info.uordblks + info.hblkhd
 
 
-def run_case(name: str, trace_path: str) -> dict[str, object]:
+def run_case(name: str, trace_path: str, serve_allocator: bool) -> dict[str, object]:
     """Build the case's engine in this (fresh) process; its growths and estimate."""
     import numpy as np
 
     from litehit_core import LiteHit
+
+    if serve_allocator:
+        from litehit_service.service import tune_allocator
+
+        tune_allocator()
 
     samples: list[float] = []
     if name == TRACE_CASE:
@@ -155,10 +165,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--cases", nargs="*", default=[*CASES, TRACE_CASE])
+    ap.add_argument("--serve-allocator", action="store_true", help="tune glibc as serve does")
     ap.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case, print JSON
     args = ap.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, str(args.trace))))
+        print(json.dumps(run_case(args.case, str(args.trace), args.serve_allocator)))
         return 0
     mib = 1 / 2**20
     print(
@@ -174,7 +185,8 @@ def main() -> int:
                 continue
             source = save_trace(args.trace, folder)
         out = subprocess.run(
-            [sys.executable, __file__, source, "--case", name],
+            [sys.executable, __file__, source, "--case", name]
+            + (["--serve-allocator"] if args.serve_allocator else []),
             check=True,
             capture_output=True,
             text=True,
