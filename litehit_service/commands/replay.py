@@ -16,6 +16,8 @@ import argparse
 import sys
 from typing import Any
 
+from litehit_service.commands import add_max_line_bytes
+
 
 def register(subparsers: Any) -> None:
     """Add the ``replay`` subcommand to ``subparsers``."""
@@ -42,6 +44,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="no progress bar and no summary (errors are still printed)",
     )
+    add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
 
 
@@ -63,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.workers is not None:
         config = with_workers(config, args.workers)
-    summary = run_replay(config, progress=not args.quiet and sys.stderr.isatty())
+    summary = run_replay(
+        config,
+        progress=not args.quiet and sys.stderr.isatty(),
+        max_line_bytes=args.max_line_bytes,
+    )
     if not args.quiet:
         for line in summary.instance_lines():
             print(line, file=sys.stderr)

@@ -34,6 +34,7 @@ from litehit_core import (
     capacity_gb_to_bytes,
     read_facts,
 )
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 
 GIB = 1024**3
@@ -431,15 +432,18 @@ def run_curve(
     *,
     instance_id: str | None = None,
     linear: bool = False,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> CurveRun:
     """Read a ledger once, build every instance's exact curve, write the PNG and the
-    breakpoint CSV (all or nothing) and render the table. Raises LocatedError (a bad row)
-    or :class:`CurveError`. O(facts) + O(B log B) per instance + the PNG."""
+    breakpoint CSV (all or nothing) and render the table. Raises LocatedError (a bad row,
+    or a line longer than ``max_line_bytes`` bytes) or :class:`CurveError`. O(facts) +
+    O(B log B) per instance + the PNG."""
     started = time.perf_counter()
     outputs = tuple(p for p in (png, csv_path) if p is not None)
     counter = [0]
     with atomic_outputs(outputs):
-        rows = progress(_counted(read_facts(facts_path), counter), "req")
+        facts = read_facts(facts_path, max_line_bytes=max_line_bytes)
+        rows = progress(_counted(facts, counter), "req")
         curves = build_curves(rows, instance_id)
         if csv_path is not None:
             write_breakpoints_csv(curves, csv_path)
