@@ -24,6 +24,7 @@ from typing import IO, NamedTuple
 from litehit_core.errors import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
 from litehit_core.model import HitCurveSegment
+from litehit_core.temporaries import remove_stale_temps, temp_path
 
 FACTS_HEADER = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
@@ -96,20 +97,24 @@ def format_fact_row(row: FactRow) -> str:
 
 
 class FactsWriter:
-    """Write a ledger atomically: ``<path>.tmp`` first, renamed onto ``path`` on success.
+    """Write a ledger atomically: ``<path>.<pid>.tmp`` first (:mod:`litehit_core.temporaries`),
+    renamed onto ``path`` on success.
 
-    Use as a context manager; an exception inside the block (or :meth:`abort`) deletes the
-    temporary file and leaves any previous ``path`` untouched. Each write is O(segments).
+    Use as a context manager; an exception inside the block (any ``BaseException``:
+    KeyboardInterrupt, the CLI's SIGTERM exception) or :meth:`abort` deletes the temporary
+    file and leaves any previous ``path`` untouched. Entering first deletes the temporaries
+    of ``path`` that dead processes left (one directory listing). Each write is O(segments).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.tmp_path = self.path.with_name(self.path.name + ".tmp")
+        self.tmp_path = Path(temp_path(self.path))
         self.rows_written = 0
         self._fh: IO[str] | None = None
 
     def __enter__(self) -> FactsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.path)
         self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
         self._fh.write(FACTS_HEADER + "\n")
         return self

@@ -29,6 +29,7 @@ EXPECTED_MODULES = {
     "errors.py",
     "engine.py",
     "lines.py",
+    "temporaries.py",
 }
 
 # the public contract other packages code against (see the preamble / issue 2)

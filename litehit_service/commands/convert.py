@@ -9,7 +9,7 @@ the standard format needs ``timestamp_ns > 0`` while Mooncake traces start at 0 
 backwards (a replay would reject the file).
 
 All or nothing: the output (and the optional ``--emit-config`` file) is written to
-``<path>.tmp`` and renamed only when the whole input converted; on any error nothing is
+``<path>.<pid>.tmp`` and renamed only when the whole input converted; on any error nothing is
 published, the message ``path:line: reason`` goes to stderr and the exit code is 2.
 Cost: O(input size) time, O(longest line) memory (LMCache: O(events), as logs are sorted).
 """

@@ -9,7 +9,7 @@ accumulator (no capacity sweep; see :mod:`litehit_service.curve`), then writes
   capacity_gb, hit_tokens, hit_rate``;
 - a text table on stdout: ~30 log-spaced capacities plus the marked points.
 
-All or nothing: files are written to ``<path>.tmp`` and renamed only when everything
+All or nothing: files are written to ``<path>.<pid>.tmp`` and renamed only when everything
 succeeded. Errors print ``path:line: reason`` (malformed facts) or ``litehit curve: error:
 ...`` on stderr and exit 2. Cost: O(facts size) to read plus O(B log B) per instance for B
 breakpoints; the PNG dominates when drawn (``--no-png`` skips it).

@@ -5,7 +5,7 @@ one row per request, one summary per instance (lexicographic ``instance_id``), o
 row; ``--summary-only`` keeps just the summaries and the total. Slots keep the caller's
 order; duplicates and 0 are allowed; a negative capacity (e.g. ``-1``) means infinite.
 
-All or nothing: the output goes to ``<OUT>.tmp`` (or, for stdout, a spooled temporary
+All or nothing: the output goes to ``<OUT>.<pid>.tmp`` (or, for stdout, a spooled temporary
 buffer) and is published only after the last row was read and projected, so a malformed
 row anywhere fails the whole query with ``path:line: reason`` on stderr, exit code 2 and
 no output. A one-line summary (requests, instances, elapsed, requests/s) ends on stderr;

@@ -7,7 +7,8 @@ when it is a terminal; the run ends with one line per instance (token hit rate p
 one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on stderr.
 
 Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
-published); 1 unexpected internal error (also nothing published).
+published); 1 unexpected internal error (also nothing published); 130 / 143 stopped by
+SIGINT / SIGTERM (the ledger's temporary removed, a previous ledger untouched).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ by ``time_offset_ns`` (default 1 ms) because the standard format needs ``timesta
 while Mooncake traces start at 0 ms. Output timestamps must not go backwards (a replay
 would reject the file).
 
-All or nothing: the output (and the optional starter config) is written to ``<path>.tmp``
+All or nothing: the output (and the optional starter config) is written to ``<path>.<pid>.tmp``
 and renamed only when the whole input converted. Cost: O(input size) time, O(longest line)
 memory (LMCache: O(events), as logs are sorted).
 """

@@ -9,7 +9,7 @@ the instance's ``block_bytes`` (one block size per instance, checked).
 This module computes (:func:`build_curves`), renders the text table (:func:`format_table`),
 the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
 matplotlib Agg canvas, imported lazily; no display needed). Files are written to
-``<path>.tmp`` by the writers; ``litehit curve`` publishes them with
+``<path>.<pid>.tmp`` by the writers; ``litehit curve`` publishes them with
 :func:`litehit_service.offline.outputs.atomic_outputs`; :func:`run_curve` is the whole
 ``litehit curve`` command.
 """
@@ -268,7 +268,7 @@ def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
 
 
 def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLike[str]) -> int:
-    """Write the breakpoint CSV to ``<path>.tmp`` (published by ``atomic_outputs``)."""
+    """Write the breakpoint CSV to ``<path>.<pid>.tmp`` (published by ``atomic_outputs``)."""
     with open(tmp_path(path), "w", encoding="utf-8", newline="") as fh:
         return write_breakpoints(curves, fh)
 
@@ -304,7 +304,7 @@ def plot_curves(
     linear: bool = False,
     title: str = "",
 ) -> None:
-    """Draw one line per curve (capacity GiB vs token hit rate) to a PNG at ``<path>.tmp``.
+    """Draw one line per curve (capacity GiB vs token hit rate) to a PNG at ``<path>.<pid>.tmp``.
 
     Log x axis unless ``linear``; the theoretical maximum of each curve is a dashed
     horizontal line in the curve's colour; the :data:`MARK_PERCENTS` points are marked and

@@ -1,6 +1,6 @@
 """``litehit query``'s work: project a facts ledger at a list of capacities into JSON lines.
 
-All or nothing: the output goes to ``<OUT>.tmp`` (or, for stdout, a spooled temporary
+All or nothing: the output goes to ``<OUT>.<pid>.tmp`` (or, for stdout, a spooled temporary
 buffer) and is published only after the last row was read and projected, so a malformed
 row anywhere fails the whole query and publishes nothing. The core formats the lines
 (:func:`litehit_core.query.format_chunk_lines` and ``format_summary_lines``).

@@ -13,7 +13,8 @@ answers cannot disagree. For every trace event, in input order:
   deterministic; an instance's timestamps must not go backwards; keys are coarsened from
   the config's ``block_size`` to the instance's; no key limit);
 - one facts row per (request, instance), in input order, goes to
-  ``<output_result_path>/litehit_facts.csv`` (written as ``.tmp``, renamed at the end).
+  ``<output_result_path>/litehit_facts.csv`` (written as ``litehit_facts.csv.<pid>.tmp``,
+  renamed at the end; see :mod:`litehit_core.temporaries`).
 
 All or nothing: the first bad line (malformed, longer than ``max_line_bytes``, backwards
 timestamp, unknown instance, length rule) or a trace without requests raises
@@ -33,11 +34,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -216,6 +219,8 @@ def _pool_batches(
 
     Up to two rounds of ``workers x BATCH_LINES`` lines are in flight ahead of the consumer;
     a line over ``max_line_bytes`` ends the reading, its error following its batch's own.
+    The workers ignore SIGINT and SIGTERM (:func:`_worker_signals`): this process decides
+    when they stop, after its own cleanup.
     """
     # fork: no re-import of __main__ (console scripts, python -m), millisecond start-up; the
     # children only parse text, so the parent's other threads (if any) do not matter there.
@@ -225,7 +230,8 @@ def _pool_batches(
     pending: deque[
         tuple[Future[tuple[list[_Event], LocatedError | None]], int, LocatedError | None]
     ] = deque()
-    with open_trace(path) as fh, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+    pool_executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_signals)
+    with open_trace(path) as fh, pool_executor as pool:
         source = _line_batches(fh, path, BATCH_LINES, max_line_bytes)
         done = False
 
@@ -237,9 +243,10 @@ def _pool_batches(
                     done = True
                     return
                 first, lines, read_error = item
-                fut = pool.submit(
-                    parse_lines, lines, first, path, fmt, block_size, instance_id, True
-                )
+                with _stop_signals_held():  # a submit may fork the workers
+                    fut = pool.submit(
+                        parse_lines, lines, first, path, fmt, block_size, instance_id, True
+                    )
                 pending.append((fut, sum(map(len, lines)) if sizes else 0, read_error))
                 if read_error is not None:
                     done = True
@@ -261,6 +268,35 @@ def _pool_batches(
         finally:
             for fut, _, _ in pending:
                 fut.cancel()
+
+
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def _worker_signals() -> None:
+    """In a parse worker: ignore SIGINT and SIGTERM. A terminal's Ctrl-C or a kill of the
+    process group reaches the workers too; the replaying process turns the signal into an
+    exception, removes its temporary and shuts the pool down, which ends them. The signals
+    were held across the fork (:func:`_stop_signals_held`), so none can run the parent's
+    handlers here before this; held ones are dropped, being ignored by then."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM (blocked, delivered when the block ends) in this thread, so
+    a worker forked meanwhile starts with them blocked. Two system calls."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> Iterator[_Batch]:
@@ -295,8 +331,9 @@ def run_replay(
     one is a LocatedError at its line, found without reading it whole); ``ValueError``
     unless an integer > 0.
     Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
-    reason``; then no ledger (and no ``.tmp``) is left behind, and an existing ledger is
-    untouched. Cost: see the module docstring.
+    reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
+    untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
+    ledger left by killed runs are deleted first. Cost: see the module docstring.
     """
     started = time.perf_counter()
     check_max_line_bytes(max_line_bytes)
