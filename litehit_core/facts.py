@@ -306,7 +306,16 @@ def read_facts(
             raise LocatedError(name, reader.line_num, f"malformed CSV: {exc}") from None
 
 
+_SPLITLINES_ONLY = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+"""ASCII characters where ``str.splitlines`` splits but a text file does not."""
+
+
 def _text_lines(chunk: bytes) -> list[str]:
     """The lines of a chunk of whole lines, as text with their endings untranslated (as a
-    file opened with ``newline=""`` gives them). O(len(chunk)) in C."""
-    return io.StringIO(chunk.decode("utf-8", "surrogateescape"), newline="").readlines()
+    file opened with ``newline=""`` gives them). O(len(chunk)) in C: ``str.splitlines``
+    when the text has no character it alone would split at (a quarter faster), else a
+    ``StringIO``, which splits exactly like a file."""
+    text = chunk.decode("utf-8", "surrogateescape")
+    if text.isascii() and not any(c in text for c in _SPLITLINES_ONLY):
+        return text.splitlines(keepends=True)
+    return io.StringIO(text, newline="").readlines()

@@ -4,10 +4,9 @@ Trace readers and the facts reader take their lines from :func:`read_lines`, whi
 a binary file in chunks, yields their whole lines and raises
 :class:`LocatedError` ``"{path}:{line_no}: line is longer than {N} bytes (max_line_bytes)"``
 at the first line whose bytes (its line ending excluded) exceed ``max_line_bytes`` --
-*without* reading that line whole: at most ``max_line_bytes + 1`` bytes of it are ever held
-(one more when it ends in ``\\r``, to see whether ``\\n`` follows). Every line before it
-has been yielded by then, so a caller that stops at its own first bad line still reports
-the first problem of the file.
+*without* reading that line whole: at most ``max_line_bytes + 1`` bytes of it are ever
+read. Every line before it has been yielded by then, so a caller that stops at its own
+first bad line still reports the first problem of the file.
 
 Line endings are universal newlines, as Python's text files split them: ``\\n``, ``\\r\\n``
 or a lone ``\\r``; lines are returned with their endings, untranslated. The limit is in

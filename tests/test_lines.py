@@ -319,3 +319,22 @@ def check_field_over_limit(tmp_path: Path, limit: int) -> None:
     with pytest.raises(LocatedError) as info:
         read_all_facts(path, limit)
     assert str(info.value) == f"{path}:4: malformed CSV: field larger than field limit ({limit})"
+
+
+ODD_SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("odd", ODD_SEPARATORS)
+def test_facts_split_lines_as_a_file_does(tmp_path: Path, odd: str) -> None:
+    # str.splitlines would split at these; a file (and the csv module) does not
+    path = tmp_path / "f.csv"
+    rows = [FactRow(f"a{odd}b", f"i{odd}", 1, 13, 4, 1024, ()), FactRow("c", "i", 2, 8, 4, 8, ())]
+    with FactsWriter(path) as writer:
+        for row in rows:
+            writer.write(row)
+    assert list(read_facts(path)) == rows
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(fact_of(100) + "\n")
+    with pytest.raises(LocatedError) as info:
+        read_all_facts(path, 99)
+    assert str(info.value) == too_long(path, 4, 99)
