@@ -125,7 +125,7 @@ def main() -> int:
         r_best, r_med, summary = timed(lambda: run_replay(config, progress=False), args.repeat)
         n = summary.requests
         # ... and its parts
-        with open(trace, encoding="utf-8") as fh:
+        with open(trace, "rb") as fh:  # the replay parses bytes as read
             lines = fh.readlines()
         p_best, _, (events, _) = timed(
             lambda: parse_lines(lines, 1, str(trace), "mooncake", BLOCK_TOKENS, "mooncake"),

@@ -18,6 +18,7 @@ from litehit_core.facts import (
     format_hit_curve,
     read_facts,
 )
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import HitCurveSegment, NormalizedRequest, RequestFact
 from litehit_core.normalize import normalize_request
@@ -48,6 +49,7 @@ __all__ = [
     "Projection",
     "ReplayEngine",
     "create_engine",
+    "DEFAULT_MAX_LINE_BYTES",
     "FACTS_FILENAME",
     "FACTS_HEADER",
     "MAX_CAPACITY_GB",

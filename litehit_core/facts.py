@@ -13,14 +13,18 @@ project it at any capacity: blocks come from the curve, bytes via ``block_bytes`
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 from types import TracebackType
 from typing import IO, NamedTuple
 
 from litehit_core.errors import LocatedError
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
 from litehit_core.model import HitCurveSegment
+from litehit_core.temporaries import remove_stale_temps, temp_path
 
 FACTS_HEADER = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
@@ -93,20 +97,24 @@ def format_fact_row(row: FactRow) -> str:
 
 
 class FactsWriter:
-    """Write a ledger atomically: ``<path>.tmp`` first, renamed onto ``path`` on success.
+    """Write a ledger atomically: ``<path>.<pid>.tmp`` first (:mod:`litehit_core.temporaries`),
+    renamed onto ``path`` on success.
 
-    Use as a context manager; an exception inside the block (or :meth:`abort`) deletes the
-    temporary file and leaves any previous ``path`` untouched. Each write is O(segments).
+    Use as a context manager; an exception inside the block (any ``BaseException``:
+    KeyboardInterrupt, the CLI's SIGTERM exception) or :meth:`abort` deletes the temporary
+    file and leaves any previous ``path`` untouched. Entering first deletes the temporaries
+    of ``path`` that dead processes left (one directory listing). Each write is O(segments).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.tmp_path = self.path.with_name(self.path.name + ".tmp")
+        self.tmp_path = Path(temp_path(self.path))
         self.rows_written = 0
         self._fh: IO[str] | None = None
 
     def __enter__(self) -> FactsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(self.path)
         self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
         self._fh.write(FACTS_HEADER + "\n")
         return self
@@ -156,6 +164,7 @@ class FactsWriter:
 
 
 _CURVE_CACHE = 1 << 16
+
 _INT_FIELDS = ("timestamp_ns", "input_token_len", "block_size_tokens", "block_bytes")
 _INT64_MAX = 2**63 - 1
 
@@ -216,66 +225,97 @@ def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
     return tuple(out)
 
 
-def read_facts(path: str | os.PathLike[str]) -> Iterator[FactRow]:
+def read_facts(
+    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[FactRow]:
     """Stream the rows of a ledger, validating each one. O(1) memory per row.
 
-    Raises :class:`LocatedError` (``path:line: reason``) on the first malformed row
-    or a wrong header.
+    Raises :class:`LocatedError` (``path:line: reason``) on the first malformed row, a
+    wrong header or a line longer than ``max_line_bytes`` bytes (which is never read whole:
+    see :mod:`litehit_core.lines`). ``ValueError`` for a ``max_line_bytes`` that is not an
+    integer > 0. The csv module's process-wide field limit is raised to ``max_line_bytes``
+    (never lowered), so every line within the limit parses. Cost: O(file bytes) plus one
+    curve parse per distinct curve text.
     """
+    check_max_line_bytes(max_line_bytes)
+    if csv.field_size_limit() < max_line_bytes:  # process-wide: only ever raised
+        csv.field_size_limit(max_line_bytes)  # so a field of any accepted line fits
     name = os.fspath(path)
-    # surrogateescape: a byte that is not UTF-8 survives into the row, where the id check
-    # reports it with its line (numbers and curves are ASCII-checked anyway).
     try:
-        fh = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+        fh = open(path, "rb")
     except OSError as exc:
         raise LocatedError(name, 0, f"cannot read the facts: {exc.strerror or exc}") from None
     with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or ",".join(header) != FACTS_HEADER:
-            raise LocatedError(
-                name, 1, f"header must be {FACTS_HEADER!r}, got {','.join(header or [])!r}"
-            )
-        # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
-        curves: dict[str, tuple[tuple[HitCurveSegment, ...], int]] = {}
-        for rec in reader:
-            if len(rec) != 7:
-                if not rec:
-                    continue
-                raise LocatedError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
-            try:
-                digits = rec[2] + rec[3] + rec[4] + rec[5]
-                if not (digits.isascii() and digits.isdigit()) or not all(rec[2:6]):
-                    raise ValueError("not digits")
-                ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
-                parsed = curves.get(rec[6])
-                if parsed is None:
-                    curve = parse_hit_curve(rec[6])
-                    if len(curves) >= _CURVE_CACHE:
-                        curves.clear()
-                    parsed = curves[rec[6]] = (curve, sum(r for _, r in curve))
-            except ValueError as exc:
-                raise LocatedError(name, reader.line_num, _field_error(rec, exc)) from None
-            curve, hit_blocks = parsed
-            if (
-                bs <= 0
-                or bb <= 0
-                or hit_blocks * bs > tokens
-                or max(ts, tokens, bs, bb) > _INT64_MAX
-            ):
+        # Chunks of whole lines, each decoded at once and split as a text file opened with
+        # newline="" would (csv needs the endings). surrogateescape: a byte that is not
+        # UTF-8 survives into the row, where the id check reports it with its line
+        # (numbers and curves are ASCII-checked anyway).
+        chunks = read_lines(fh, name, max_line_bytes, split=_text_lines)
+        lines = chain.from_iterable(chunks)
+        reader = csv.reader(lines)
+        try:
+            header = next(reader, None)
+            if header is None or ",".join(header) != FACTS_HEADER:
                 raise LocatedError(
-                    name, reader.line_num, _row_error(ts, tokens, bs, bb, hit_blocks)
+                    name, 1, f"header must be {FACTS_HEADER!r}, got {','.join(header or [])!r}"
                 )
-            if not (rec[0].isascii() and rec[1].isascii()):
-                reason = _id_error(rec)
-                if reason is not None:
-                    raise LocatedError(name, reader.line_num, reason)
-            yield FactRow(
-                trace_id=rec[0],
-                instance_id=rec[1],
-                timestamp_ns=ts,
-                input_token_len=tokens,
-                block_size_tokens=bs,
-                block_bytes=bb,
-                hit_curve=curve,
-            )
+            # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
+            curves: dict[str, tuple[tuple[HitCurveSegment, ...], int]] = {}
+            for rec in reader:
+                if len(rec) != 7:
+                    if not rec:
+                        continue
+                    raise LocatedError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
+                try:
+                    digits = rec[2] + rec[3] + rec[4] + rec[5]
+                    if not (digits.isascii() and digits.isdigit()) or not all(rec[2:6]):
+                        raise ValueError("not digits")
+                    ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
+                    parsed = curves.get(rec[6])
+                    if parsed is None:
+                        curve = parse_hit_curve(rec[6])
+                        if len(curves) >= _CURVE_CACHE:
+                            curves.clear()
+                        parsed = curves[rec[6]] = (curve, sum(r for _, r in curve))
+                except ValueError as exc:
+                    raise LocatedError(name, reader.line_num, _field_error(rec, exc)) from None
+                curve, hit_blocks = parsed
+                if (
+                    bs <= 0
+                    or bb <= 0
+                    or hit_blocks * bs > tokens
+                    or max(ts, tokens, bs, bb) > _INT64_MAX
+                ):
+                    raise LocatedError(
+                        name, reader.line_num, _row_error(ts, tokens, bs, bb, hit_blocks)
+                    )
+                if not (rec[0].isascii() and rec[1].isascii()):
+                    reason = _id_error(rec)
+                    if reason is not None:
+                        raise LocatedError(name, reader.line_num, reason)
+                yield FactRow(
+                    trace_id=rec[0],
+                    instance_id=rec[1],
+                    timestamp_ns=ts,
+                    input_token_len=tokens,
+                    block_size_tokens=bs,
+                    block_bytes=bb,
+                    hit_curve=curve,
+                )
+        except csv.Error as exc:  # e.g. a quoted field over the csv module's field limit
+            raise LocatedError(name, reader.line_num, f"malformed CSV: {exc}") from None
+
+
+_SPLITLINES_ONLY = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+"""ASCII characters where ``str.splitlines`` splits but a text file does not."""
+
+
+def _text_lines(chunk: bytes) -> list[str]:
+    """The lines of a chunk of whole lines, as text with their endings untranslated (as a
+    file opened with ``newline=""`` gives them). O(len(chunk)) in C: ``str.splitlines``
+    when the text has no character it alone would split at (a quarter faster), else a
+    ``StringIO``, which splits exactly like a file."""
+    text = chunk.decode("utf-8", "surrogateescape")
+    if text.isascii() and not any(c in text for c in _SPLITLINES_ONLY):
+        return text.splitlines(keepends=True)
+    return io.StringIO(text, newline="").readlines()

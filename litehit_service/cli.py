@@ -4,16 +4,25 @@ Exit codes are decided here and only here (:func:`exit_code`), the same for ever
 0 success; 2 bad input or usage (argparse errors, :class:`~litehit_service.commands.UsageError`,
 :class:`~litehit_core.LocatedError` and every other input error); 1 a runtime failure (a
 server that cannot be reached, a file that cannot be written, a bug: the latter with its
-traceback); 130 interrupted.
+traceback); 130 interrupted (SIGINT); 143 terminated (SIGTERM).
+
+Signals: SIGINT raises ``KeyboardInterrupt`` (Python's default) and, while a command runs,
+SIGTERM raises :class:`Terminated` (both ``BaseException``), so the cleanup of every writer
+(``finally`` / ``except BaseException``: the facts ledger's and ``atomic_outputs``'
+temporaries) runs before the process exits. ``litehit serve`` installs its own handlers
+(graceful drain) while it serves.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from litehit_core import InvalidRequestError, LocatedError
 from litehit_service.commands import COMMAND_MODULES, CommandFailed, UsageError, rpc_detail
@@ -22,6 +31,13 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a command ran (a ``BaseException``, like KeyboardInterrupt, so
+    no ``except Exception`` swallows it and every cleanup on the way out runs)."""
+
 
 _BAD_INPUT_KINDS = frozenset({"INVALID_ARGUMENT", "UNSUPPORTED", "INSTANCE_NOT_EXIST"})
 """Service error kinds that mean the caller's input was wrong (see litehit_service.errors)."""
@@ -43,6 +59,8 @@ def exit_code(exc: BaseException) -> int:
     """The exit code of a command that raised ``exc`` (the one table of exit codes)."""
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(exc, Terminated):
+        return EXIT_TERMINATED
     if isinstance(exc, (UsageError, InvalidRequestError)):
         return EXIT_BAD_INPUT
     if getattr(exc, "kind", None) in _BAD_INPUT_KINDS:  # an OptimizerError of bad input
@@ -57,6 +75,8 @@ def error_text(command: str, exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
+    if isinstance(exc, Terminated):
+        return "terminated"
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"litehit {command}: error: {exc.filename}: {exc.strerror or exc}"
     if _expected(exc):
@@ -78,15 +98,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or EXIT_OK)
-    except (Exception, KeyboardInterrupt) as exc:
+        with _sigterm_raises():
+            return int(args.func(args) or EXIT_OK)
+    except (Exception, KeyboardInterrupt, Terminated) as exc:
         if isinstance(exc, BrokenPipeError):
             _silence_stdout()
             return EXIT_FAILURE
-        if not _expected(exc) and not isinstance(exc, KeyboardInterrupt):
+        if not _expected(exc) and not isinstance(exc, (KeyboardInterrupt, Terminated)):
             traceback.print_exc(file=sys.stderr)
         print(error_text(args.command, exc), file=sys.stderr)
         return exit_code(exc)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"signal {signum}")
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread (the
+    previous handler comes back afterwards). Left alone off the main thread (signals go to
+    it only) and when SIGTERM is not at its default (ignored, or someone else's handler)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _silence_stdout() -> None:

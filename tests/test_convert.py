@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -390,7 +389,7 @@ def test_convert_missing_and_empty_inputs(
     assert main(["convert", "--from", "standard", str(empty), "-o", str(out)]) == 2
     assert capsys.readouterr().err == f"{empty}:0: no events to convert\n"
     assert leftovers(tmp_path) == ["empty.jsonl"]
-    assert not os.path.exists(f"{out}.tmp")
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.skipif(not REAL_MOONCAKE.exists(), reason="shared Mooncake trace not present")

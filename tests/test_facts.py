@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_worked_example_exact_file_text(tmp_path: Path) -> None:
     path = tmp_path / "litehit_facts.csv"
     write_rows(path, WORKED_ROWS)
     assert path.read_bytes() == WORKED_TEXT.encode()
-    assert not (tmp_path / "litehit_facts.csv.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_worked_example_round_trip(tmp_path: Path) -> None:
@@ -128,7 +129,7 @@ def test_large_curve_is_compact_json(tmp_path: Path) -> None:
 
 def test_tmp_during_write_then_renamed(tmp_path: Path) -> None:
     path = tmp_path / "litehit_facts.csv"
-    tmp = tmp_path / "litehit_facts.csv.tmp"
+    tmp = tmp_path / f"litehit_facts.csv.{os.getpid()}.tmp"  # this process's temporary
     with FactsWriter(path) as writer:
         writer.write(WORKED_ROWS[0])
         assert tmp.exists()
@@ -145,7 +146,7 @@ def test_exception_inside_block_leaves_no_file(tmp_path: Path) -> None:
             writer.write(WORKED_ROWS[0])
             raise RuntimeError("boom")
     assert not path.exists()
-    assert not (tmp_path / "litehit_facts.csv.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -157,7 +158,7 @@ def test_failure_leaves_previous_file_untouched(tmp_path: Path) -> None:
             writer.write(FactRow("new", "x", 1, 4, 4, 1024, ()))
             raise KeyboardInterrupt
     assert path.read_bytes() == WORKED_TEXT.encode()
-    assert not (tmp_path / "litehit_facts.csv.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_success_replaces_previous_file(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_success_replaces_previous_file(tmp_path: Path) -> None:
     write_rows(path, WORKED_ROWS)
     write_rows(path, WORKED_ROWS[3:])
     assert list(read_facts(path)) == WORKED_ROWS[3:]
-    assert not (tmp_path / "litehit_facts.csv.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_abort_discards(tmp_path: Path) -> None:
@@ -175,7 +176,7 @@ def test_abort_discards(tmp_path: Path) -> None:
         writer.write(WORKED_ROWS[0])
         writer.abort()
     assert path.read_text() == "previous"
-    assert not (tmp_path / "f.csv.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 # ---------------------------------------------------------------- malformed input

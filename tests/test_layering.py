@@ -28,6 +28,8 @@ EXPECTED_MODULES = {
     "query.py",
     "errors.py",
     "engine.py",
+    "lines.py",
+    "temporaries.py",
 }
 
 # the public contract other packages code against (see the preamble / issue 2)

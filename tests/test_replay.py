@@ -109,7 +109,7 @@ def facts_text(tmp: Path) -> str:
 def assert_nothing_published(tmp: Path) -> None:
     out = tmp / "out"
     assert not (out / "litehit_facts.csv").exists()
-    assert not (out / "litehit_facts.csv.tmp").exists()
+    assert not list(out.glob("*.tmp"))
 
 
 WORKED = [
@@ -137,7 +137,7 @@ def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     rc, err = cli(capsys, str(cfg))
     assert rc == 0, err
     assert facts_text(tmp_path) == WORKED_FACTS
-    assert not (tmp_path / "out" / "litehit_facts.csv.tmp").exists()
+    assert not list((tmp_path / "out").glob("*.tmp"))
     last = err.strip().splitlines()[-1]
     assert last.startswith("replay: 5 requests, 1 instances, 5 rows, ")
     assert last.endswith(f"requests/s -> {tmp_path / 'out' / 'litehit_facts.csv'}")
@@ -546,7 +546,7 @@ def test_failed_replay_keeps_the_previous_ledger(
     assert rc == 2
     assert err.startswith(f"{tmp_path / 'trace.jsonl'}:6: instance_id 'i': timestamp_ns 1 goes")
     assert facts_text(tmp_path) == WORKED_FACTS
-    assert not (tmp_path / "out" / "litehit_facts.csv.tmp").exists()
+    assert not list((tmp_path / "out").glob("*.tmp"))
 
 
 def config_line(path: Path, needle: str) -> int:

@@ -8,6 +8,12 @@ parses, calls one function and prints; it returns 0 (or 1 for a negative answer 
 Heavy imports (grpc, matplotlib, numpy) happen inside ``func`` so ``litehit --help`` is fast.
 """
 
+from __future__ import annotations
+
+import argparse
+
+from litehit_core import DEFAULT_MAX_LINE_BYTES
+
 COMMAND_MODULES = ("serve", "instances", "health", "replay", "query", "curve", "convert")
 
 
@@ -17,6 +23,29 @@ class UsageError(Exception):
 
 class CommandFailed(Exception):
     """The command ran but could not do its job (server unreachable, ...): exit code 1."""
+
+
+def add_max_line_bytes(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--max-line-bytes N`` (``args.max_line_bytes``) to a command reading ``what``:
+    the longest line accepted, in bytes; an integer > 0 or a usage error (exit code 2)."""
+    parser.add_argument(
+        "--max-line-bytes",
+        type=_max_line_bytes,
+        default=DEFAULT_MAX_LINE_BYTES,
+        metavar="N",
+        help=f"refuse a line of the {what} longer than N bytes, newline excluded, with "
+        f"'path:line: line is longer than N bytes' (default {DEFAULT_MAX_LINE_BYTES} = 64 MiB)",
+    )
+
+
+def _max_line_bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text!r}")
+    return value
 
 
 def rpc_detail(exc: BaseException) -> str:

@@ -9,7 +9,7 @@ the standard format needs ``timestamp_ns > 0`` while Mooncake traces start at 0 
 backwards (a replay would reject the file).
 
 All or nothing: the output (and the optional ``--emit-config`` file) is written to
-``<path>.tmp`` and renamed only when the whole input converted; on any error nothing is
+``<path>.<pid>.tmp`` and renamed only when the whole input converted; on any error nothing is
 published, the message ``path:line: reason`` goes to stderr and the exit code is 2.
 Cost: O(input size) time, O(longest line) memory (LMCache: O(events), as logs are sorted).
 """
@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, add_max_line_bytes
 from litehit_service.offline.convert import (
     DEFAULT_MOONCAKE_BLOCK_SIZE,
     DEFAULT_STANDARD_BLOCK_SIZE,
@@ -99,6 +99,7 @@ def register(subparsers: Any) -> None:
         metavar="CONFIG.json",
         help="also write a starter 'litehit replay' config for the converted trace",
     )
+    add_max_line_bytes(p, "input")
     p.set_defaults(func=run)
 
 
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         kv_bytes_per_chunk=args.kv_bytes_per_chunk,
         time_offset_ns=args.time_offset_ns,
         emit_config=args.emit_config,
+        max_line_bytes=args.max_line_bytes,
     )
     if summary.note:
         print(summary.note, file=sys.stderr)

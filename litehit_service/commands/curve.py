@@ -9,7 +9,7 @@ accumulator (no capacity sweep; see :mod:`litehit_service.curve`), then writes
   capacity_gb, hit_tokens, hit_rate``;
 - a text table on stdout: ~30 log-spaced capacities plus the marked points.
 
-All or nothing: files are written to ``<path>.tmp`` and renamed only when everything
+All or nothing: files are written to ``<path>.<pid>.tmp`` and renamed only when everything
 succeeded. Errors print ``path:line: reason`` (malformed facts) or ``litehit curve: error:
 ...`` on stderr and exit 2. Cost: O(facts size) to read plus O(B log B) per instance for B
 breakpoints; the PNG dominates when drawn (``--no-png`` skips it).
@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, add_max_line_bytes
 
 
 def register(subparsers: Any) -> None:
@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--no-png", action="store_true", help="skip the plot (table and --csv only; no -o)"
     )
+    add_max_line_bytes(p, "facts file")
     p.set_defaults(func=run)
 
 
@@ -78,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise UsageError(problem)
     result = run_curve(
-        args.facts, args.output, args.csv, instance_id=args.instance, linear=args.linear
+        args.facts,
+        args.output,
+        args.csv,
+        instance_id=args.instance,
+        linear=args.linear,
+        max_line_bytes=args.max_line_bytes,
     )
     sys.stdout.write(result.table)
     sys.stdout.flush()

@@ -5,7 +5,7 @@ one row per request, one summary per instance (lexicographic ``instance_id``), o
 row; ``--summary-only`` keeps just the summaries and the total. Slots keep the caller's
 order; duplicates and 0 are allowed; a negative capacity (e.g. ``-1``) means infinite.
 
-All or nothing: the output goes to ``<OUT>.tmp`` (or, for stdout, a spooled temporary
+All or nothing: the output goes to ``<OUT>.<pid>.tmp`` (or, for stdout, a spooled temporary
 buffer) and is published only after the last row was read and projected, so a malformed
 row anywhere fails the whole query with ``path:line: reason`` on stderr, exit code 2 and
 no output. A one-line summary (requests, instances, elapsed, requests/s) ends on stderr;
@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from litehit_core import MAX_CAPACITY_GB
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, add_max_line_bytes
 
 
 def register(subparsers: Any) -> None:
@@ -55,6 +55,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="only the per-instance summaries and the total (no per-request rows)",
     )
+    add_max_line_bytes(p, "facts file")
     p.set_defaults(func=run)
 
 
@@ -96,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output is not None and os.path.realpath(args.output) == os.path.realpath(args.facts):
         raise UsageError(f"-o {args.output!r} is the facts file")
-    summary = run_query(args.facts, args.capacity_gb, args.output, summary_only=args.summary_only)
+    summary = run_query(
+        args.facts,
+        args.capacity_gb,
+        args.output,
+        summary_only=args.summary_only,
+        max_line_bytes=args.max_line_bytes,
+    )
     print(summary.line(), file=sys.stderr)
     return 0

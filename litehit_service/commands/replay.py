@@ -7,7 +7,8 @@ when it is a terminal; the run ends with one line per instance (token hit rate p
 one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on stderr.
 
 Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
-published); 1 unexpected internal error (also nothing published).
+published); 1 unexpected internal error (also nothing published); 130 / 143 stopped by
+SIGINT / SIGTERM (the ledger's temporary removed, a previous ledger untouched).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+from litehit_service.commands import add_max_line_bytes
 
 
 def register(subparsers: Any) -> None:
@@ -42,6 +45,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="no progress bar and no summary (errors are still printed)",
     )
+    add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
 
 
@@ -63,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.workers is not None:
         config = with_workers(config, args.workers)
-    summary = run_replay(config, progress=not args.quiet and sys.stderr.isatty())
+    summary = run_replay(
+        config,
+        progress=not args.quiet and sys.stderr.isatty(),
+        max_line_bytes=args.max_line_bytes,
+    )
     if not args.quiet:
         for line in summary.instance_lines():
             print(line, file=sys.stderr)

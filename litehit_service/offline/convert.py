@@ -7,7 +7,7 @@ by ``time_offset_ns`` (default 1 ms) because the standard format needs ``timesta
 while Mooncake traces start at 0 ms. Output timestamps must not go backwards (a replay
 would reject the file).
 
-All or nothing: the output (and the optional starter config) is written to ``<path>.tmp``
+All or nothing: the output (and the optional starter config) is written to ``<path>.<pid>.tmp``
 and renamed only when the whole input converted. Cost: O(input size) time, O(longest line)
 memory (LMCache: O(events), as logs are sorted).
 """
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from litehit_core import LocatedError
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 from litehit_service.offline.traces import (
     INT64_MAX,
@@ -74,10 +75,12 @@ def convert_trace(
     kv_bytes_per_chunk: int | None = None,
     time_offset_ns: int = DEFAULT_TIME_OFFSET_NS,
     emit_config: str | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> ConvertSummary:
     """Convert ``input_path`` (``source_format``: mooncake, lmcache or standard) into a
     standard trace at ``output`` and, with ``emit_config``, a starter replay config; both
-    published atomically. Raises LocatedError naming the input line. O(input size)."""
+    published atomically. Raises LocatedError naming the input line (also for a line
+    longer than ``max_line_bytes`` bytes). O(input size)."""
     started = time.perf_counter()
     published = [output] + ([emit_config] if emit_config else [])
     tmp_paths = [tmp_path(path) for path in published]
@@ -85,7 +88,7 @@ def convert_trace(
         with atomic_outputs(published):
             count, instances, note = _convert(
                 source_format, input_path, output, block_size, instance_id, model,
-                kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths,
+                kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
             )  # fmt: skip
     except OSError as exc:
         if exc.filename is not None and os.fspath(exc.filename) in tmp_paths:
@@ -105,6 +108,7 @@ def _convert(
     time_offset_ns: int,
     emit_config: str | None,
     tmp_paths: list[str],
+    max_line_bytes: int,
 ) -> tuple[int, list[str], str]:
     """Write the output (and config) tmp files; returns (events, instance ids, stderr note)."""
     sizes: dict[str, int] = {}
@@ -112,9 +116,11 @@ def _convert(
     total: int | None = None
     if fmt == "mooncake":
         block_size = block_size_arg or DEFAULT_MOONCAKE_BLOCK_SIZE
-        events = read_mooncake(input_path, block_size, instance_id or "default")
+        events = read_mooncake(
+            input_path, block_size, instance_id or "default", max_line_bytes=max_line_bytes
+        )
     elif fmt == "lmcache":
-        trace = read_lmcache(input_path, model, kv_bytes_per_chunk)
+        trace = read_lmcache(input_path, model, kv_bytes_per_chunk, max_line_bytes=max_line_bytes)
         events, total = trace.events, len(trace.events)
         sizes = {name: info.bytes_per_chunk for name, info in trace.models.items()}
         chunk_sizes = sorted({info.chunk_size for info in trace.models.values()})
@@ -131,7 +137,7 @@ def _convert(
             )
     else:
         block_size = block_size_arg or DEFAULT_STANDARD_BLOCK_SIZE
-        events = read_standard(input_path)
+        events = read_standard(input_path, max_line_bytes=max_line_bytes)
 
     with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
         count, instances = _write_events(

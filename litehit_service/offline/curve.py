@@ -9,7 +9,7 @@ the instance's ``block_bytes`` (one block size per instance, checked).
 This module computes (:func:`build_curves`), renders the text table (:func:`format_table`),
 the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
 matplotlib Agg canvas, imported lazily; no display needed). Files are written to
-``<path>.tmp`` by the writers; ``litehit curve`` publishes them with
+``<path>.<pid>.tmp`` by the writers; ``litehit curve`` publishes them with
 :func:`litehit_service.offline.outputs.atomic_outputs`; :func:`run_curve` is the whole
 ``litehit curve`` command.
 """
@@ -34,6 +34,7 @@ from litehit_core import (
     capacity_gb_to_bytes,
     read_facts,
 )
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 
 GIB = 1024**3
@@ -267,7 +268,7 @@ def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
 
 
 def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLike[str]) -> int:
-    """Write the breakpoint CSV to ``<path>.tmp`` (published by ``atomic_outputs``)."""
+    """Write the breakpoint CSV to ``<path>.<pid>.tmp`` (published by ``atomic_outputs``)."""
     with open(tmp_path(path), "w", encoding="utf-8", newline="") as fh:
         return write_breakpoints(curves, fh)
 
@@ -303,7 +304,7 @@ def plot_curves(
     linear: bool = False,
     title: str = "",
 ) -> None:
-    """Draw one line per curve (capacity GiB vs token hit rate) to a PNG at ``<path>.tmp``.
+    """Draw one line per curve (capacity GiB vs token hit rate) to a PNG at ``<path>.<pid>.tmp``.
 
     Log x axis unless ``linear``; the theoretical maximum of each curve is a dashed
     horizontal line in the curve's colour; the :data:`MARK_PERCENTS` points are marked and
@@ -431,15 +432,18 @@ def run_curve(
     *,
     instance_id: str | None = None,
     linear: bool = False,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> CurveRun:
     """Read a ledger once, build every instance's exact curve, write the PNG and the
-    breakpoint CSV (all or nothing) and render the table. Raises LocatedError (a bad row)
-    or :class:`CurveError`. O(facts) + O(B log B) per instance + the PNG."""
+    breakpoint CSV (all or nothing) and render the table. Raises LocatedError (a bad row,
+    or a line longer than ``max_line_bytes`` bytes) or :class:`CurveError`. O(facts) +
+    O(B log B) per instance + the PNG."""
     started = time.perf_counter()
     outputs = tuple(p for p in (png, csv_path) if p is not None)
     counter = [0]
     with atomic_outputs(outputs):
-        rows = progress(_counted(read_facts(facts_path), counter), "req")
+        facts = read_facts(facts_path, max_line_bytes=max_line_bytes)
+        rows = progress(_counted(facts, counter), "req")
         curves = build_curves(rows, instance_id)
         if csv_path is not None:
             write_breakpoints_csv(curves, csv_path)

@@ -1,9 +1,10 @@
 """Command outputs: all-or-nothing file publishing and terminal-only progress bars.
 
-Every command that writes files writes ``<path>.tmp`` first and renames it onto ``path``
-only when the whole run succeeded; on any error the temporaries are deleted and existing
-files are untouched. (The core's :class:`litehit_core.FactsWriter` follows the same rule
-for the facts ledger.)
+Every command that writes files writes ``<path>.<pid>.tmp`` first and renames it onto
+``path`` only when the whole run succeeded; on any error (also SIGINT, SIGTERM) the
+temporaries are deleted and existing files are untouched. Temporaries a killed run left
+are deleted by the next run that writes the same path. The naming and the sweep are the
+core's (:mod:`litehit_core.temporaries`), shared with :class:`litehit_core.FactsWriter`.
 """
 
 from __future__ import annotations
@@ -14,22 +15,28 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
+from litehit_core.temporaries import remove_stale_temps, temp_path
+
 T = TypeVar("T")
 PathLike = str | os.PathLike[str]
 
 
 def tmp_path(path: PathLike) -> str:
-    """Where a writer puts ``path`` before it is published: ``<path>.tmp``."""
-    return os.fspath(path) + ".tmp"
+    """Where this process writes ``path`` before publishing it: ``<path>.<pid>.tmp``."""
+    return temp_path(path)
 
 
 @contextmanager
 def atomic_outputs(paths: Sequence[PathLike]) -> Iterator[list[str]]:
     """Yield the temporary paths to write; publish them all if the block succeeds.
 
-    On success each ``<path>.tmp`` is renamed onto ``path`` (atomic per file); on any
-    exception every temporary is removed and the exception propagates. O(files).
+    First the temporaries of ``paths`` left by dead processes are deleted. On success each
+    ``<path>.<pid>.tmp`` is renamed onto ``path`` (atomic per file); on any exception (a
+    ``BaseException`` too) every temporary is removed and the exception propagates.
+    O(files), plus one directory listing per file.
     """
+    for path in paths:
+        remove_stale_temps(path)
     tmps = [tmp_path(p) for p in paths]
     try:
         yield tmps

@@ -1,6 +1,6 @@
 """``litehit query``'s work: project a facts ledger at a list of capacities into JSON lines.
 
-All or nothing: the output goes to ``<OUT>.tmp`` (or, for stdout, a spooled temporary
+All or nothing: the output goes to ``<OUT>.<pid>.tmp`` (or, for stdout, a spooled temporary
 buffer) and is published only after the last row was read and projected, so a malformed
 row anywhere fails the whole query and publishes nothing. The core formats the lines
 (:func:`litehit_core.query.format_chunk_lines` and ``format_summary_lines``).
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from litehit_core import FactRow, FactsQuery, read_facts
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.query import format_chunk_lines, format_summary_lines
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line
 
@@ -58,13 +59,15 @@ def run_query(
     output: str | None = None,
     *,
     summary_only: bool = False,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> QuerySummary:
     """Project ``facts_path`` at ``capacity_gb`` (negative = infinite) into ``output``
     (None: stdout, written only once everything succeeded). Raises LocatedError (a bad
-    row) or InvalidRequestError (the capacity list)."""
+    row, or a line longer than ``max_line_bytes`` bytes) or InvalidRequestError (the
+    capacity list)."""
     started = time.perf_counter()
     query = FactsQuery(capacity_gb)
-    rows = progress(read_facts(facts_path), "req")
+    rows = progress(read_facts(facts_path, max_line_bytes=max_line_bytes), "req")
     if output is not None:
         with atomic_outputs([output]) as (tmp,), open(tmp, "wb") as fh:
             n, instances = write_query(query, rows, fh, summary_only)

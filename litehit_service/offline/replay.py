@@ -13,11 +13,12 @@ answers cannot disagree. For every trace event, in input order:
   deterministic; an instance's timestamps must not go backwards; keys are coarsened from
   the config's ``block_size`` to the instance's; no key limit);
 - one facts row per (request, instance), in input order, goes to
-  ``<output_result_path>/litehit_facts.csv`` (written as ``.tmp``, renamed at the end).
+  ``<output_result_path>/litehit_facts.csv`` (written as ``litehit_facts.csv.<pid>.tmp``,
+  renamed at the end; see :mod:`litehit_core.temporaries`).
 
-All or nothing: the first bad line (malformed, backwards timestamp, unknown instance,
-length rule) or a trace without requests raises :class:`LocatedError` (``path:line:
-reason``) and publishes nothing.
+All or nothing: the first bad line (malformed, longer than ``max_line_bytes``, backwards
+timestamp, unknown instance, length rule) or a trace without requests raises
+:class:`LocatedError` (``path:line: reason``) and publishes nothing.
 
 ``pipeline_worker_count > 1`` parses lines in worker processes (batches of
 ``workers x 256`` lines, results consumed in input order); the replay itself stays serial
@@ -33,17 +34,19 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
@@ -55,6 +58,7 @@ from litehit_service.offline.traces import (
     parse_mooncake_line,
     parse_standard_line,
     read_lmcache,
+    trace_lines,
 )
 from litehit_service.policy import QueryPolicy
 
@@ -68,7 +72,7 @@ _INLINE_BATCH = 4096
 # (line_no, kind, instance_id, trace_id, timestamp_ns, keys, input_len): a TraceEvent or a
 # plain tuple with the same fields (what worker processes send back).
 _Event = Sequence[Any]
-# (events, error raised after them or None, characters read for the progress bar)
+# (events, error raised after them or None, bytes read for the progress bar)
 _Batch = tuple[list[_Event], "LocatedError | None", int]
 _Lane = tuple[str, Callable[[str, int, int, Sequence[tuple[int, int]]], str]]
 """A routing target: the instance id and its ledger line formatter."""
@@ -121,7 +125,7 @@ def _gb(value: float) -> str:
 
 
 def parse_lines(
-    lines: Sequence[str],
+    lines: Sequence[bytes] | Sequence[str],
     first_line_no: int,
     path: str,
     trace_format: str,
@@ -132,9 +136,10 @@ def parse_lines(
     """Parse consecutive trace lines (``first_line_no`` is the first one's 1-based number).
 
     Returns the events before the first bad line and that line's error (or None); blank
-    lines are skipped. ``trace_format`` is "standard" or "mooncake" (``block_size`` and
-    ``instance_id`` only apply to Mooncake). ``plain`` returns plain tuples (cheaper to send
-    between processes) instead of TraceEvents. Runs in worker processes. O(total length).
+    lines are skipped; lines are UTF-8 bytes as read (or text), with or without endings.
+    ``trace_format`` is "standard" or "mooncake" (``block_size`` and ``instance_id`` only
+    apply to Mooncake). ``plain`` returns plain tuples (cheaper to send between processes)
+    instead of TraceEvents. Runs in worker processes. O(total length).
     """
     out: list[_Event] = []
     append = out.append
@@ -161,73 +166,144 @@ def parse_lines(
     return out, None
 
 
+def _line_batches(
+    fh: Any, path: str, size: int, max_line_bytes: int
+) -> Iterator[tuple[int, list[bytes], LocatedError | None]]:
+    """``(first line number, up to size lines, error)`` in file order; the error (a line
+    over ``max_line_bytes``) comes with the lines before it, in the last batch. O(bytes)."""
+    chunks = trace_lines(fh, path, max_line_bytes)
+    pending: list[bytes] = []
+    first = 1
+    while True:
+        error = None
+        while len(pending) < size:
+            try:
+                pending += next(chunks)
+            except StopIteration:
+                break
+            except LocatedError as exc:
+                error = exc
+                break
+        if not pending and error is None:
+            return
+        batch, pending = pending[:size], pending[size:]  # an error leaves pending empty
+        yield first, batch, error
+        if error is not None:
+            return
+        first += len(batch)
+
+
 def _inline_batches(
-    path: str, fmt: str, block_size: int, instance_id: str, sizes: bool
+    path: str, fmt: str, block_size: int, instance_id: str, sizes: bool, max_line_bytes: int
 ) -> Iterator[_Batch]:
     """Parse in this process, :data:`_INLINE_BATCH` lines at a time."""
     with open_trace(path) as fh:
-        first = 1
-        while True:
-            lines = list(islice(fh, _INLINE_BATCH))
-            if not lines:
-                return
+        for first, lines, read_error in _line_batches(fh, path, _INLINE_BATCH, max_line_bytes):
             events, error = parse_lines(lines, first, path, fmt, block_size, instance_id)
+            error = error or read_error
             yield events, error, sum(map(len, lines)) if sizes else 0
             if error is not None:
                 return
-            first += len(lines)
 
 
 def _pool_batches(
-    path: str, fmt: str, block_size: int, instance_id: str, sizes: bool, workers: int
+    path: str,
+    fmt: str,
+    block_size: int,
+    instance_id: str,
+    sizes: bool,
+    workers: int,
+    max_line_bytes: int,
 ) -> Iterator[_Batch]:
     """Parse in ``workers`` processes, :data:`BATCH_LINES` lines per task, in input order.
 
-    Up to two rounds of ``workers x BATCH_LINES`` lines are in flight ahead of the consumer.
+    Up to two rounds of ``workers x BATCH_LINES`` lines are in flight ahead of the consumer;
+    a line over ``max_line_bytes`` ends the reading, its error following its batch's own.
+    The workers ignore SIGINT and SIGTERM (:func:`_worker_signals`): this process decides
+    when they stop, after its own cleanup.
     """
     # fork: no re-import of __main__ (console scripts, python -m), millisecond start-up; the
     # children only parse text, so the parent's other threads (if any) do not matter there.
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pending: deque[tuple[Future[tuple[list[_Event], LocatedError | None]], int]] = deque()
-    with open_trace(path) as fh, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        first = 1
+    # (parse task, bytes for the bar, the read error after its lines or None)
+    pending: deque[
+        tuple[Future[tuple[list[_Event], LocatedError | None]], int, LocatedError | None]
+    ] = deque()
+    pool_executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_signals)
+    with open_trace(path) as fh, pool_executor as pool:
+        source = _line_batches(fh, path, BATCH_LINES, max_line_bytes)
         done = False
 
         def submit_round() -> None:
-            nonlocal first, done
+            nonlocal done
             for _ in range(workers):
-                lines = list(islice(fh, BATCH_LINES))
-                if not lines:
+                item = next(source, None)
+                if item is None:
                     done = True
                     return
-                fut = pool.submit(
-                    parse_lines, lines, first, path, fmt, block_size, instance_id, True
-                )
-                pending.append((fut, sum(map(len, lines)) if sizes else 0))
-                first += len(lines)
+                first, lines, read_error = item
+                with _stop_signals_held():  # a submit may fork the workers
+                    fut = pool.submit(
+                        parse_lines, lines, first, path, fmt, block_size, instance_id, True
+                    )
+                pending.append((fut, sum(map(len, lines)) if sizes else 0, read_error))
+                if read_error is not None:
+                    done = True
+                    return
 
         try:
             submit_round()
-            submit_round()
+            if not done:
+                submit_round()
             while pending:
-                fut, size = pending.popleft()
+                fut, size, read_error = pending.popleft()
                 events, error = fut.result()
+                error = error or read_error
                 if not done and len(pending) < 2 * workers:
                     submit_round()
                 yield events, error, size
                 if error is not None:
                     return
         finally:
-            for fut, _ in pending:
+            for fut, _, _ in pending:
                 fut.cancel()
 
 
-def _lmcache_batches(path: str, config: ReplayConfig) -> Iterator[_Batch]:
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def _worker_signals() -> None:
+    """In a parse worker: ignore SIGINT and SIGTERM. A terminal's Ctrl-C or a kill of the
+    process group reaches the workers too; the replaying process turns the signal into an
+    exception, removes its temporary and shuts the pool down, which ends them. The signals
+    were held across the fork (:func:`_stop_signals_held`), so none can run the parent's
+    handlers here before this; held ones are dropped, being ignored by then."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM (blocked, delivered when the block ends) in this thread, so
+    a worker forked meanwhile starts with them blocked. Two system calls."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> Iterator[_Batch]:
     """The whole LMCache log (sorted by timestamp) as one batch; chunk sizes checked."""
     # Block bytes come from the config's location specs, so the logs' dtypes/shapes are
     # not needed: a placeholder size skips reading them (an unknown dtype is no error).
-    trace = read_lmcache(path, kv_bytes_per_chunk=1)
+    trace = read_lmcache(path, kv_bytes_per_chunk=1, max_line_bytes=max_line_bytes)
     for model, info in sorted(trace.models.items()):
         if info.chunk_size != config.block_size:
             raise LocatedError(
@@ -242,15 +318,25 @@ def _lmcache_batches(path: str, config: ReplayConfig) -> Iterator[_Batch]:
 # --------------------------------------------------------------------------- replay
 
 
-def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplaySummary:
+def run_replay(
+    config: ReplayConfig,
+    *,
+    progress: bool | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> ReplaySummary:
     """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
 
     ``progress``: show a tqdm bar on stderr (None = only when stderr is a terminal).
+    ``max_line_bytes``: the longest trace line accepted (bytes, ending excluded; a longer
+    one is a LocatedError at its line, found without reading it whole); ``ValueError``
+    unless an integer > 0.
     Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
-    reason``; then no ledger (and no ``.tmp``) is left behind, and an existing ledger is
-    untouched. Cost: see the module docstring.
+    reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
+    untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
+    ledger left by killed runs are deleted first. Cost: see the module docstring.
     """
     started = time.perf_counter()
+    check_max_line_bytes(max_line_bytes)
     check_config(config)
     if progress is None:
         progress = sys.stderr.isatty()
@@ -281,13 +367,16 @@ def run_replay(config: ReplayConfig, *, progress: bool | None = None) -> ReplayS
         fixed = None
     default_id = config.override_instance_id or next(iter(lanes))
     if fmt == "lmcache":
-        batches = _lmcache_batches(path, config)
+        batches = _lmcache_batches(path, config, max_line_bytes)
     elif config.pipeline_worker_count > 1:
+        workers = config.pipeline_worker_count
         batches = _pool_batches(
-            path, fmt, config.block_size, default_id, progress, config.pipeline_worker_count
+            path, fmt, config.block_size, default_id, progress, workers, max_line_bytes
         )
     else:
-        batches = _inline_batches(path, fmt, config.block_size, default_id, progress)
+        batches = _inline_batches(
+            path, fmt, config.block_size, default_id, progress, max_line_bytes
+        )
 
     facts_path = Path(config.output_result_path) / FACTS_FILENAME
     bar = _progress_bar(path, fmt, progress)

@@ -4,7 +4,11 @@ Every reader turns a file into :class:`TraceEvent` tuples and fails fast: the fi
 raises :class:`LocatedError` whose text is exactly ``"{path}:{line_no}: {reason}"`` (the
 reason names the field and the offending value). ``line_no`` is 1-based; 0 means the error
 concerns the file or directory as a whole. Files are read as UTF-8 (a leading BOM is
-skipped); bytes that are not UTF-8 are reported with their exact line.
+skipped); bytes that are not UTF-8 are reported with their exact line. A line longer than
+``max_line_bytes`` (a keyword of every reader; default
+:data:`~litehit_core.lines.DEFAULT_MAX_LINE_BYTES`, 64 MiB) is an error at its line, found
+without reading the line whole (:mod:`litehit_core.lines`). Lines are read as bytes and
+parsed as bytes (orjson takes them directly); the parsers accept ``str`` as well.
 
 Standard trace JSONL, one object per line, blank lines skipped, unknown fields ignored:
 
@@ -17,7 +21,9 @@ Standard trace JSONL, one object per line, blank lines skipped, unknown fields i
 - ``input_len``: integer > 0, required for get/request; optional for write (integer >= 0,
   default 0).
 
-Costs: every reader is O(total bytes); the per-key work is a C-level type and range check.
+Costs: every reader is O(total bytes); the per-key work is a C-level type and range check;
+memory O(longest line) (at most ``max_line_bytes + 1`` bytes of a line) plus, for LMCache,
+the events (they are sorted).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from collections.abc import Iterator
 from decimal import ROUND_HALF_EVEN, Decimal
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
 from litehit_core import LocatedError
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
 
 __all__ = [
     "EVENT_KINDS",
@@ -105,6 +112,7 @@ _INT_ONLY = frozenset({int})
 _raw_decode = json.JSONDecoder().raw_decode
 _orjson_loads = orjson.loads
 _BLANK = object()  # marks a blank line (``null`` is a value, not a blank)
+_R, _F = ord("r"), ord("f")  # a byte of "true", of "false" (see _check_int64_array)
 _JSON_WS = " \t\n\r"
 _JSON_TYPE_NAMES = {
     dict: "object",
@@ -126,40 +134,59 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def open_trace(path: str) -> Any:
-    """Open a trace file as text; a file that cannot be opened is a LocatedError at line 0.
-
-    surrogateescape + the per-line isascii() check (:func:`check_utf8`) give exact line
-    numbers for invalid UTF-8, which a strict decoder (working in 8 KiB chunks) cannot.
-    """
+def open_trace(path: str) -> BinaryIO:
+    """Open a trace file for reading bytes; a file that cannot be opened is a LocatedError at
+    line 0. Its lines come from :func:`trace_lines`."""
     try:
-        return open(path, encoding="utf-8-sig", errors="surrogateescape")
+        return open(path, "rb")
     except OSError as exc:
         raise LocatedError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
 
 
-def _lines(fh: Any, path: str) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_no, text)`` and reject lines holding bytes that are not UTF-8. O(bytes)."""
-    for line_no, text in enumerate(fh, 1):
-        if not text.isascii():
-            check_utf8(text, line_no, path)
-        yield line_no, text
+def trace_lines(fh: BinaryIO, path: str, max_line_bytes: int) -> Iterator[list[bytes]]:
+    """The lines of an open trace, one list per chunk (:func:`litehit_core.lines.read_lines`:
+    a leading BOM skipped, endings kept, a line over ``max_line_bytes`` an error at its line
+    after every line before it). UTF-8 is checked per line by the parsing loop
+    (:func:`check_utf8`), so an invalid byte is reported at its own line. O(bytes)."""
+    return read_lines(fh, path, max_line_bytes, skip_bom=True)
 
 
-def check_utf8(text: str, line_no: int, path: str) -> None:
-    """Reject a line read with ``surrogateescape`` that held bytes not valid UTF-8. O(len)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise LocatedError(
-            path, line_no, f"not valid UTF-8 (bad byte at column {exc.start + 1})"
-        ) from None
+def _lines(fh: BinaryIO, path: str, max_line_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_no, line)`` and reject lines holding bytes that are not UTF-8. O(bytes)."""
+    line_no = 0
+    for lines in trace_lines(fh, path, max_line_bytes):
+        for line in lines:
+            line_no += 1
+            if not line.isascii():
+                check_utf8(line, line_no, path)
+            yield line_no, line
+
+
+def check_utf8(text: bytes | str, line_no: int, path: str) -> None:
+    """Reject a line that holds bytes not valid UTF-8 (``bytes``, or ``str`` read with
+    ``surrogateescape``), naming the column (in characters) of the first bad byte. O(len)."""
+    if type(text) is str:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            column = exc.start + 1
+        else:
+            return
+    else:
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            column = len(text[: exc.start].decode("utf-8")) + 1
+        else:
+            return
+    raise LocatedError(path, line_no, f"not valid UTF-8 (bad byte at column {column})")
 
 
 def _decode_object(
-    text: str, line_no: int, path: str, exact: bool = False
+    text: bytes | str, line_no: int, path: str, exact: bool = False
 ) -> dict[str, Any] | None:
-    """Parse one JSONL line into a dict; ``None`` for a blank line. O(len(text)).
+    """Parse one JSONL line (bytes or text) into a dict; ``None`` for a blank line.
+    O(len(text)).
 
     orjson parses well-formed lines (5x faster than :mod:`json`); anything it refuses
     (blank lines, syntax errors, NaN) takes the :mod:`json` path, which names syntax errors
@@ -182,8 +209,11 @@ def _decode_object(
     return obj
 
 
-def _decode_careful(text: str, line_no: int, path: str) -> Any:
-    """The :mod:`json` parse of one line with exact error columns; ``_BLANK`` when blank."""
+def _decode_careful(text: bytes | str, line_no: int, path: str) -> Any:
+    """The :mod:`json` parse of one line with exact error columns (in characters);
+    ``_BLANK`` when blank."""
+    if type(text) is not str:
+        text = text.decode("utf-8", "surrogateescape")
     try:
         obj, end = _raw_decode(text)
     except json.JSONDecodeError:
@@ -221,7 +251,9 @@ def _bad(path: str, line_no: int, field: str, expected: str, value: Any) -> Loca
     return LocatedError(path, line_no, f"field {field!r} must be {expected}; got {_show(value)}")
 
 
-def _check_int64_array(values: list[Any], field: str, line_no: int, path: str, text: str) -> None:
+def _check_int64_array(
+    values: list[Any], field: str, line_no: int, path: str, text: bytes | str
+) -> None:
     """Raise unless every element of ``values`` (decoded from the JSON line ``text``) is an
     integer, not a boolean, within int64.
 
@@ -229,13 +261,19 @@ def _check_int64_array(values: list[Any], field: str, line_no: int, path: str, t
     out-of-range integer; booleans (an ``int`` subclass) can only be present when the line
     contains a ``true``/``false`` literal, so only such lines pay an extra ``type`` pass.
     Python-level work happens only to locate the first offending element of a bad line.
+    For bytes, a one-byte ``memchr`` for ``r`` / ``f`` first (absent from Mooncake lines)
+    skips most substring searches, which cost more on bytes than on str.
     """
     try:
         array.array("q", values)
     except (TypeError, OverflowError):
         pass
     else:
-        if ("true" not in text and "false" not in text) or _INT_ONLY.issuperset(map(type, values)):
+        if type(text) is str:
+            literal = "true" in text or "false" in text
+        else:
+            literal = (_R in text and b"true" in text) or (_F in text and b"false" in text)
+        if not literal or _INT_ONLY.issuperset(map(type, values)):
             return
     for i, v in enumerate(values):
         if type(v) is not int:
@@ -258,8 +296,8 @@ def _positive_int(value: Any) -> bool:
 # --------------------------------------------------------------------------- standard
 
 
-def parse_standard_line(text: str, line_no: int, path: str) -> TraceEvent | None:
-    """Parse one line of a standard trace; ``None`` for a blank line.
+def parse_standard_line(text: bytes | str, line_no: int, path: str) -> TraceEvent | None:
+    """Parse one line (UTF-8 bytes or text) of a standard trace; ``None`` for a blank line.
 
     Raises :class:`LocatedError` naming the field and value for any rule in the module
     docstring. O(len(text)).
@@ -270,7 +308,7 @@ def parse_standard_line(text: str, line_no: int, path: str) -> TraceEvent | None
         return _standard_event(text, line_no, path, True)  # report exact values
 
 
-def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEvent | None:
+def _standard_event(text: bytes | str, line_no: int, path: str, exact: bool) -> TraceEvent | None:
     obj = _decode_object(text, line_no, path, exact)
     if obj is None:
         return None
@@ -337,15 +375,23 @@ def _standard_event(text: str, line_no: int, path: str, exact: bool) -> TraceEve
     )
 
 
-def read_standard(path: str | os.PathLike[str]) -> Iterator[TraceEvent]:
+def read_standard(
+    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[TraceEvent]:
     """Iterate the events of a standard trace file in file order (blank lines skipped).
 
-    Lazy and fail-fast: events before a bad line are yielded, then :class:`LocatedError`
-    is raised. O(file size); memory O(longest line).
+    Lazy and fail-fast: events before a bad line (or a line longer than ``max_line_bytes``
+    bytes) are yielded, then :class:`LocatedError` is raised; ``ValueError`` at call time
+    for a ``max_line_bytes`` that is not an integer > 0. O(file size); memory O(longest
+    line), at most ``max_line_bytes + 1`` bytes of it.
     """
-    p = os.fspath(path)
+    check_max_line_bytes(max_line_bytes)
+    return _iter_standard(os.fspath(path), max_line_bytes)
+
+
+def _iter_standard(p: str, max_line_bytes: int) -> Iterator[TraceEvent]:
     with open_trace(p) as fh:
-        for line_no, text in _lines(fh, p):
+        for line_no, text in _lines(fh, p, max_line_bytes):
             event = parse_standard_line(text, line_no, p)
             if event is not None:
                 yield event
@@ -370,13 +416,14 @@ def format_standard_event(event: TraceEvent, timestamp_ns: int | None = None) ->
 
 
 def parse_mooncake_line(
-    text: str,
+    text: bytes | str,
     line_no: int,
     path: str,
     block_size: int = 512,
     instance_id: str = "default",
 ) -> TraceEvent | None:
-    """Parse one Mooncake FAST'25 line into a ``request`` event; ``None`` for a blank line.
+    """Parse one Mooncake FAST'25 line (UTF-8 bytes or text) into a ``request`` event;
+    ``None`` for a blank line.
 
     Fields: ``timestamp`` (milliseconds, relative, >= 0; integer, or a finite number rounded
     to the nearest ns), ``input_length`` (tokens, integer > 0), ``hash_ids`` (int64 ids, one
@@ -394,7 +441,7 @@ def parse_mooncake_line(
 
 
 def _mooncake_event(
-    text: str, line_no: int, path: str, block_size: int, instance_id: str, exact: bool
+    text: bytes | str, line_no: int, path: str, block_size: int, instance_id: str, exact: bool
 ) -> TraceEvent | None:
     obj = _decode_object(text, line_no, path, exact)
     if obj is None:
@@ -450,24 +497,32 @@ def _check_block_size(block_size: int) -> None:
 
 
 def read_mooncake(
-    path: str | os.PathLike[str], block_size: int = 512, instance_id: str = "default"
+    path: str | os.PathLike[str],
+    block_size: int = 512,
+    instance_id: str = "default",
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[TraceEvent]:
     """Iterate a Mooncake FAST'25 trace as ``request`` events (see :func:`parse_mooncake_line`).
 
     Blank lines are skipped; timestamps are converted ms -> ns (0 is kept: the standard
     format's ``timestamp_ns > 0`` is the converter's job). Arguments are checked at call time
-    (``ValueError``); lines lazily, fail-fast. O(file size); ~12k lines parse in tens of ms.
+    (``ValueError``); lines lazily, fail-fast (a line longer than ``max_line_bytes`` bytes
+    is an error at its line). O(file size); ~12k lines parse in tens of ms.
     """
     _check_block_size(block_size)
     if type(instance_id) is not str or not instance_id:
         raise ValueError(f"instance_id must be a non-empty string, got {instance_id!r}")
-    return _iter_mooncake(os.fspath(path), block_size, instance_id)
+    check_max_line_bytes(max_line_bytes)
+    return _iter_mooncake(os.fspath(path), block_size, instance_id, max_line_bytes)
 
 
-def _iter_mooncake(path: str, block_size: int, instance_id: str) -> Iterator[TraceEvent]:
+def _iter_mooncake(
+    path: str, block_size: int, instance_id: str, max_line_bytes: int
+) -> Iterator[TraceEvent]:
     parse = parse_mooncake_line
     with open_trace(path) as fh:
-        for line_no, text in _lines(fh, path):
+        for line_no, text in _lines(fh, path, max_line_bytes):
             event = parse(text, line_no, path, block_size, instance_id)
             if event is not None:
                 yield event
@@ -558,7 +613,7 @@ def _chunk_bytes(obj: dict[str, Any], line_no: int, path: str) -> int:
 
 
 def _parse_lmcache_line(
-    text: str,
+    text: bytes,
     line_no: int,
     path: str,
     model: str | None,
@@ -643,6 +698,8 @@ def read_lmcache(
     path_or_dir: str | os.PathLike[str],
     model: str | None = None,
     kv_bytes_per_chunk: int | None = None,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> LMCacheTrace:
     """Read LMCache lookup-hash logs: one JSONL file, or every ``lookup_hashes_*.jsonl`` of a
     directory (in file-name order), merged and stably sorted by timestamp.
@@ -657,8 +714,10 @@ def read_lmcache(
 
     ``model`` keeps only that model's events (an error when it matches none). A model
     whose chunk_size or bytes per chunk changes between lines is an error. Events are kind
-    ``"request"``; ``line_no`` is the line within its own file. O(total size + n log n).
+    ``"request"``; ``line_no`` is the line within its own file. A line longer than
+    ``max_line_bytes`` bytes is an error at its line. O(total size + n log n).
     """
+    check_max_line_bytes(max_line_bytes)
     if kv_bytes_per_chunk is not None and (
         type(kv_bytes_per_chunk) is not int or kv_bytes_per_chunk <= 0
     ):
@@ -671,7 +730,7 @@ def read_lmcache(
     all_models: set[str] = set()
     for path in files:
         with open_trace(path) as fh:
-            for line_no, text in _lines(fh, path):
+            for line_no, text in _lines(fh, path, max_line_bytes):
                 parsed = _parse_lmcache_line(text, line_no, path, model, kv_bytes_per_chunk)
                 if parsed is None:
                     continue
