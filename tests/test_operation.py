@@ -662,3 +662,26 @@ def test_tokens_from_files_and_one_server_per_data_dir(tmp_path: Path) -> None:
             ServeProcess("--data-dir", data)
     finally:
         assert server.terminate() == 0
+
+
+def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
+    """With a stream stuck in the transport and a long grace, the first SIGTERM starts the
+    drain; a second one ends the process at once (exit 1)."""
+    server = ServeProcess("--data-dir", str(tmp_path / "d"), "--grace-seconds", "60")
+    with OptimizerClient(server.grpc) as c:
+        c.create_instance_group(group(blocks=tuple(range(1, 33))))
+        c.register_instance(reg())
+    channel = grpc.insecure_channel(server.grpc)
+    big = pb2.TraceQueryBatchRequest(queries=[query([k, k + 1]) for k in range(2000)])
+    call = pb2.OptimizerServiceStub(channel).TraceQueryStream(iter([big] * 10_000))
+    time.sleep(2.0)  # answers pile up: the drain will wait for the grace period
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert server.proc.poll() is None  # still draining
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(timeout=10)
+    call.cancel()
+    channel.close()
+    assert code == 1 and time.monotonic() - started < 3
+    assert "second SIGTERM: exiting at once" in server.stderr()
