@@ -26,8 +26,6 @@ from dataclasses import dataclass, field, replace
 from operator import add
 from typing import Any
 
-from litehit_core.state import EngineState
-
 from litehit_core import (
     MAX_CAPACITY_GB,
     InvalidRequestError,
@@ -37,6 +35,7 @@ from litehit_core import (
 )
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
 from litehit_core.projector import Projection
+from litehit_core.state import EngineState
 from litehit_service.errors import (
     DuplicateEntity,
     InstanceNotExist,

@@ -11,6 +11,7 @@ the engine applies a request whole).
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -59,4 +60,22 @@ def oracle_hits(
     for i, keys in enumerate(requests):
         now = times[i] if times is not None else 0
         out.append([lru.request(keys, now) for lru in lrus])
+    return out
+
+
+def tree_trace(
+    rng: random.Random, n_requests: int, max_new: int = 6, min_new: int = 0
+) -> list[list[int]]:
+    """Prefix-chained requests: each extends a random existing prefix with ``min_new`` to
+    ``max_new`` fresh blocks."""
+    paths: list[list[int]] = [[]]
+    next_key = 1
+    out = []
+    for _ in range(n_requests):
+        base = rng.choice(paths)
+        cut = rng.randint(0, len(base))
+        path = base[:cut] + list(range(next_key, next_key + rng.randint(min_new, max_new)))
+        next_key += len(path) - cut
+        paths.append(path)
+        out.append(path)
     return out

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from oracle import NaiveLRU, oracle_hits
+from oracle import NaiveLRU, oracle_hits, tree_trace
 
 from litehit_core import (
     STATE_FORMAT_VERSION,
@@ -31,21 +31,6 @@ A, B, C, D, E = 1, 2, 3, 4, 5
 
 def project(fact, cap):
     return project_infinite(fact) if cap is None else project_blocks(fact, cap)
-
-
-def tree_trace(rng: random.Random, n_requests: int, max_new: int = 6) -> list[list[int]]:
-    """Prefix-chained requests: each extends a random existing prefix with fresh blocks."""
-    paths: list[list[int]] = [[]]
-    next_key = 1
-    out = []
-    for _ in range(n_requests):
-        base = rng.choice(paths)
-        cut = rng.randint(0, len(base))
-        path = base[:cut] + list(range(next_key, next_key + rng.randint(0, max_new)))
-        next_key += len(path) - cut
-        paths.append(path)
-        out.append(path)
-    return out
 
 
 def replay(trace, times=None, ttl=0, check=True):

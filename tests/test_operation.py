@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
-from oracle import NaiveLRU
+from oracle import NaiveLRU, tree_trace
 from prometheus_client.parser import text_string_to_metric_families
 from serve_process import ServeProcess
 
@@ -74,22 +74,6 @@ def scrape(address: str) -> dict[tuple[str, tuple], float]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-
-
-def tree_trace(seed: int, n: int, max_new: int = 5) -> list[list[int]]:
-    """Prefix-chained requests: each extends a random earlier prefix with fresh blocks."""
-    rng = random.Random(seed)
-    paths: list[list[int]] = [[]]
-    nxt = 1
-    out = []
-    for _ in range(n):
-        base = rng.choice(paths)
-        cut = rng.randint(0, len(base))
-        path = base[:cut] + list(range(nxt, nxt + rng.randint(1, max_new)))
-        nxt += len(path) - cut
-        paths.append(path)
-        out.append(path)
-    return out
 
 
 class Running:
@@ -271,7 +255,7 @@ def test_tracking_limit_keeps_slots_exact_and_theoretical_an_lru_of_the_limit(tt
     limit = 6
     r = Running(limits=ManagerLimits(max_tracked_blocks=limit))
     try:
-        trace = tree_trace(7, 300)
+        trace = tree_trace(random.Random(7), 300, max_new=5, min_new=1)
         slots = (1, 2, 4, 6)
         with r.client() as c:
             c.create_instance_group(group(blocks=slots, ttl_seconds=ttl))
@@ -501,7 +485,7 @@ def _twin_trace(n: int, ttl: int) -> list[pb2.TraceQueryRequest]:
     base = time.time_ns() - 3600 * S
     return [
         query(keys, timestamp_ns=base + i * (S // 2) if ttl else 0)
-        for i, keys in enumerate(tree_trace(11, n))
+        for i, keys in enumerate(tree_trace(random.Random(11), n, max_new=5, min_new=1))
     ]
 
 
