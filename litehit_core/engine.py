@@ -7,18 +7,21 @@ offline replay, snapshots, queries) builds it with :func:`create_engine` from an
 the same spec describes (rule 2), so none of them knows which model it holds.
 
 Adding a model means: an engine class implementing :class:`ReplayEngine`, one entry in
-:data:`MODELS` (its name, the shape of its facts and the capacity unit they are in), and
-the spec fields it needs. The full-attention LRU (:class:`~litehit_core.lite_hit.LiteHit`,
-model ``"lru"``) is the first implementation.
+:data:`MODELS` (its name, the shape of its facts, the capacity unit they are in and how to
+build it from a spec), and the spec fields it needs. Two models: the full-attention LRU
+(:class:`~litehit_core.lite_hit.LiteHit`, ``"lru"``: ramps in blocks) and the hybrid
+linear-attention / Mamba LRU (:class:`~litehit_core.hybrid.HybridLRU`, ``"hybrid"``:
+staircases in bytes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from litehit_core.errors import InvalidRequestError
+from litehit_core.hybrid import HybridLRU
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import RequestFact
 from litehit_core.state import EngineState
@@ -30,8 +33,8 @@ __all__ = ["MODELS", "EngineModel", "EngineSpec", "EngineState", "ReplayEngine",
 class ReplayEngine(Protocol):
     """What every replay model offers (see the module docstring).
 
-    ``expired_blocks`` counts blocks whose TTL lapsed while tracked, ``dropped_blocks``
-    blocks dropped by ``max_tracked_blocks`` (both cumulative).
+    ``expired_blocks`` / ``dropped_blocks`` count blocks whose TTL lapsed, or that a
+    tracking limit dropped, while tracked (cumulative).
     """
 
     expired_blocks: int
@@ -45,6 +48,14 @@ class ReplayEngine(Protocol):
         """Distinct blocks tracked now (what an unbounded cache would hold). O(1)."""
         ...
 
+    def resident_blocks(self, capacities: Sequence[int]) -> tuple[int, ...]:
+        """Blocks resident now in a cache of each capacity (in the model's unit)."""
+        ...
+
+    def tracked_bytes(self, block_bytes: int) -> int:
+        """Bytes of every tracked object, for blocks of ``block_bytes``. O(1)."""
+        ...
+
     def memory_usage_bytes(self) -> int:
         """Estimated bytes this engine holds. O(1)."""
         ...
@@ -54,39 +65,12 @@ class ReplayEngine(Protocol):
         ...
 
     def export_state(self) -> EngineState:
-        """The state a durable snapshot stores (the engine is unchanged). O(tracked blocks)."""
-        ...
-
-    @classmethod
-    def from_state(cls, state: EngineState, ttl_ns: int, max_tracked_blocks: int) -> ReplayEngine:
-        """An engine continuing exactly where ``state``'s exporter stopped; validates
-        ``state`` (InvalidRequestError). O(tracked blocks)."""
+        """The state a durable snapshot stores (the engine is unchanged). O(tracked)."""
         ...
 
     def _check(self) -> None:
         """Verify every internal invariant from scratch (tests call this)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class EngineModel:
-    """A replay model's static description.
-
-    ``curve``: the shape of its facts' hit curves, ``"ramps"``
-    (:class:`~litehit_core.model.HitCurveSegment`: the k-th block of a segment hits from
-    ``start + k``). ``unit``: the capacity unit its thresholds are in, ``"blocks"``.
-    """
-
-    name: str
-    curve: str
-    unit: str
-    engine: type
-
-
-MODELS: dict[str, EngineModel] = {
-    "lru": EngineModel("lru", curve="ramps", unit="blocks", engine=LiteHit),
-}
-"""Every model LiteHit replays, by name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +80,18 @@ class EngineSpec:
     ``model``: a name of :data:`MODELS`; ``ttl_ns``: block lifetime in ns (0 = none);
     ``max_tracked_blocks``: most distinct blocks the engine tracks (0 = unlimited; beyond
     it the least recent are dropped, so hits stay exact at every capacity up to it and the
-    theoretical maximum becomes an LRU of that many blocks).
+    theoretical maximum becomes an LRU of that many blocks). Hybrid models also take
+    ``full_bytes`` (F, a block), ``linear_bytes`` (L, a saved state) and ``step_blocks``
+    (a state every this many blocks); their limit is in bytes: ``max_tracked_blocks``
+    blocks with their states, ``max_tracked_blocks * (step * F + L) // step``.
     """
 
     model: str = "lru"
     ttl_ns: int = 0
     max_tracked_blocks: int = 0
+    full_bytes: int = 0
+    linear_bytes: int = 0
+    step_blocks: int = 0
 
     @property
     def description(self) -> EngineModel:
@@ -111,12 +101,58 @@ class EngineSpec:
             raise InvalidRequestError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
         return model
 
+    @property
+    def max_tracked_bytes(self) -> int:
+        """A hybrid engine's byte limit (0 = unlimited). O(1)."""
+        if not self.max_tracked_blocks or not self.step_blocks:
+            return 0
+        step = self.step_blocks
+        return self.max_tracked_blocks * (step * self.full_bytes + self.linear_bytes) // step
+
+
+def _lru(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
+    if state is None:
+        return LiteHit(ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks)
+    return LiteHit.from_state(state, spec.ttl_ns, spec.max_tracked_blocks)
+
+
+def _hybrid(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
+    args = (spec.full_bytes, spec.linear_bytes, spec.step_blocks, spec.ttl_ns,
+            spec.max_tracked_bytes)  # fmt: skip
+    if state is None:
+        return HybridLRU(*args)
+    return HybridLRU.from_state(state, *args)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineModel:
+    """A replay model's static description.
+
+    ``curve``: the shape of its facts' hit curves: ``"ramps"``
+    (:class:`~litehit_core.model.HitCurveSegment`: the k-th block of a segment hits from
+    ``start + k``) or ``"steps"`` (:class:`~litehit_core.model.HitCurveStep` corners).
+    ``unit``: the capacity unit its thresholds are in, ``"blocks"`` or ``"bytes"``.
+    ``build(spec, state)`` makes its engine, fresh (``state`` None) or restored.
+    """
+
+    name: str
+    curve: str
+    unit: str
+    build: Callable[[EngineSpec, EngineState | None], ReplayEngine]
+
+
+MODELS: dict[str, EngineModel] = {
+    "lru": EngineModel("lru", curve="ramps", unit="blocks", build=_lru),
+    "hybrid": EngineModel("hybrid", curve="steps", unit="bytes", build=_hybrid),
+}
+"""Every model LiteHit replays, by name."""
+
 
 def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayEngine:
     """An engine for ``spec``: fresh, or restored from ``state`` (a snapshot of the same
-    model, see :meth:`ReplayEngine.from_state`). O(1) fresh, O(tracked blocks) restored.
-    InvalidRequestError for an unknown model, a negative parameter, a state of another
-    model or an inconsistent state (the message names the field and value)."""
+    model). O(1) fresh, O(tracked blocks) restored. InvalidRequestError for an unknown
+    model, a negative parameter, a state of another model or an inconsistent state (the
+    message names the field and value)."""
     description = spec.description
     if spec.ttl_ns < 0:
         raise InvalidRequestError(f"ttl_ns must not be negative, got {spec.ttl_ns}")
@@ -124,11 +160,8 @@ def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayE
         raise InvalidRequestError(
             f"max_tracked_blocks must not be negative, got {spec.max_tracked_blocks}"
         )
-    if state is None:
-        return description.engine(ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks)
-    model = getattr(state, "model", None)
-    if model != spec.model:
-        raise InvalidRequestError(f"state.model must be the spec's {spec.model!r}, got {model!r}")
-    return description.engine.from_state(
-        state, ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks
-    )
+    if state is not None and getattr(state, "model", None) != spec.model:
+        raise InvalidRequestError(
+            f"state.model must be the spec's {spec.model!r}, got {getattr(state, 'model', None)!r}"
+        )
+    return description.build(spec, state)

@@ -278,6 +278,15 @@ class LiteHit:
         self._nb = nb
         self._cap = nb << _SHIFT
 
+    def resident_blocks(self, capacities: Sequence[int]) -> tuple[int, ...]:
+        """Blocks resident now in an LRU of each capacity (blocks): ``min(unique, C)``."""
+        unique = self.current_unique_blocks()
+        return tuple([c if c < unique else unique for c in capacities])
+
+    def tracked_bytes(self, block_bytes: int) -> int:
+        """Bytes of every tracked block, blocks of ``block_bytes``. O(1)."""
+        return self.current_unique_blocks() * block_bytes
+
     def current_unique_blocks(self) -> int:
         """Distinct blocks tracked now: resident in an LRU of ``max_tracked_blocks`` (or an
         unbounded one), TTL-expired excluded. O(1)."""

@@ -10,7 +10,13 @@ from typing import NamedTuple
 
 from litehit_core.errors import InvalidRequestError
 
-__all__ = ["HitCurveSegment", "InvalidRequestError", "NormalizedRequest", "RequestFact"]
+__all__ = [
+    "HitCurveSegment",
+    "HitCurveStep",
+    "InvalidRequestError",
+    "NormalizedRequest",
+    "RequestFact",
+]
 
 
 class HitCurveSegment(NamedTuple):
@@ -22,6 +28,19 @@ class HitCurveSegment(NamedTuple):
 
     start_required_blocks: int
     run_length: int
+
+
+class HitCurveStep(NamedTuple):
+    """One corner of a staircase hit curve: from ``threshold`` (in the model's capacity
+    unit: bytes for hybrid instances) on, ``hit_blocks`` head blocks hit.
+
+    A staircase holds corners with strictly increasing thresholds and hit blocks; the hits
+    at capacity C are those of the last corner with ``threshold <= C`` (0 before the
+    first).
+    """
+
+    threshold: int
+    hit_blocks: int
 
 
 class RequestFact(NamedTuple):

@@ -9,6 +9,7 @@ goes through the :class:`Projection` its :class:`~litehit_core.engine.EngineSpec
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import chain
 
@@ -159,35 +160,86 @@ def project_matrix(
     return hits
 
 
+def project_steps(steps: Sequence[tuple[int, int]], capacity: int) -> int:
+    """Hit blocks of a staircase (:class:`~litehit_core.model.HitCurveStep` corners) at
+    ``capacity`` (the staircase's unit): the last corner with ``threshold <= capacity``.
+    O(log corners)."""
+    if not steps or steps[0][0] > capacity:
+        return 0
+    i = bisect_right(steps, (capacity, _INFINITE_BLOCKS)) - 1
+    return steps[i][1]
+
+
+def project_steps_slots(steps: Sequence[tuple[int, int]], capacities: Sequence[int]) -> list[int]:
+    """:func:`project_steps` at each of many capacities, in their order. O(slots log corners)."""
+    if not steps:
+        return [0] * len(capacities)
+    if len(steps) == 1:
+        threshold, hits = steps[0]
+        return [hits if c >= threshold else 0 for c in capacities]
+    return [project_steps(steps, c) for c in capacities]
+
+
 class Projection:
     """Capacity meets the facts of one instance: bytes -> the model's unit -> hits.
 
     Built once per instance from its :class:`~litehit_core.engine.EngineSpec` and its block
-    size in bytes; :meth:`units` turns a capacity in bytes into the unit of the model's
-    facts (whole blocks: one floor division by ``block_bytes``), the other methods read a
-    fact at capacities already in that unit. Every method is O(segments) per capacity.
+    size in bytes. :meth:`units` turns a capacity in bytes into the unit of the model's
+    facts: whole blocks for ``"lru"`` (one floor division by ``block_bytes``), bytes as
+    they are for ``"hybrid"`` (never rounded to blocks). The other methods read a fact
+    (ramps or a staircase, as the model says) at capacities already in that unit.
+    O(segments) per capacity.
     """
 
-    __slots__ = ("block_bytes", "unit")
+    __slots__ = ("block_bytes", "unit", "hits", "slots", "infinite")
 
     def __init__(self, spec: EngineSpec, block_bytes: int) -> None:
         if block_bytes <= 0:
             raise InvalidRequestError(f"block_bytes must be > 0, got {block_bytes}")
         self.block_bytes = block_bytes
-        self.unit = spec.description.unit
+        model = spec.description
+        self.unit = model.unit
+        if model.curve == "steps":
+            self.hits = _steps_hits
+            self.slots = _steps_slots
+            self.infinite = _steps_infinite
+        else:
+            self.hits = _ramps_hits
+            self.slots = _ramps_slots
+            self.infinite = _ramps_infinite
 
     def units(self, capacity_bytes: int) -> int:
-        """``capacity_bytes`` in the unit of the facts (blocks). O(1)."""
+        """``capacity_bytes`` in the unit of the facts (blocks or bytes). O(1)."""
+        if self.unit == "bytes":
+            if capacity_bytes < 0:
+                raise InvalidRequestError(
+                    f"capacity_bytes must not be negative, got {capacity_bytes}"
+                )
+            return capacity_bytes
         return bytes_to_blocks(capacity_bytes, self.block_bytes)
 
-    def hits(self, fact: RequestFact, units: int) -> int:
-        """Hit blocks of ``fact`` at a capacity of ``units``. O(segments)."""
-        return project_curve(fact.hit_curve, units)
 
-    def slots(self, fact: RequestFact, units: Sequence[int]) -> list[int]:
-        """Hit blocks of ``fact`` at each capacity of ``units``, in order. O(slots x segments)."""
-        return project_curve_slots(fact.hit_curve, units)
+def _ramps_hits(fact: RequestFact, units: int) -> int:
+    """Hit blocks of a ramps fact at ``units`` blocks. O(segments)."""
+    return project_curve(fact.hit_curve, units)
 
-    def infinite(self, fact: RequestFact) -> int:
-        """Hit blocks of ``fact`` with unlimited capacity. O(segments)."""
-        return project_curve_infinite(fact.hit_curve)
+
+def _ramps_slots(fact: RequestFact, units: Sequence[int]) -> list[int]:
+    return project_curve_slots(fact.hit_curve, units)
+
+
+def _ramps_infinite(fact: RequestFact) -> int:
+    return project_curve_infinite(fact.hit_curve)
+
+
+def _steps_hits(fact: RequestFact, units: int) -> int:
+    return project_steps(fact.hit_curve, units)
+
+
+def _steps_slots(fact: RequestFact, units: Sequence[int]) -> list[int]:
+    return project_steps_slots(fact.hit_curve, units)
+
+
+def _steps_infinite(fact: RequestFact) -> int:
+    curve = fact.hit_curve
+    return curve[-1][1] if curve else 0

@@ -45,3 +45,5 @@ class EngineState:
     now_ns: int
     expired_blocks: int
     dropped_blocks: int
+    kinds: np.ndarray | None = None
+    """Hybrid engines: per key, 1 = a Full block, 2 = a Linear state (None otherwise)."""

@@ -34,6 +34,7 @@ from litehit_core import (
     normalize_request,
 )
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
+from litehit_core.hybrid import MAX_OBJECT_BYTES
 from litehit_core.projector import Projection
 from litehit_core.state import EngineState
 from litehit_service.errors import (
@@ -95,6 +96,7 @@ class InstanceState:
         "block_bytes",
         "capacity_gb",
         "capacity_blocks",
+        "slot_units",
         "enable_prefix_hash",
         "theoretical_enabled",
         "spec",
@@ -115,6 +117,7 @@ class InstanceState:
         group: InstanceGroup,
         spec: EngineSpec,
         projection: Projection,
+        slot_units: tuple[int, ...],
         capacity_blocks: tuple[int, ...],
     ) -> None:
         self.registration = registration
@@ -125,6 +128,7 @@ class InstanceState:
         self.block_bytes = projection.block_bytes
         self.capacity_gb = group.capacity_gb
         self.capacity_blocks = capacity_blocks
+        self.slot_units = slot_units
         self.enable_prefix_hash = group.enable_prefix_hash
         self.theoretical_enabled = group.enable_theoretical_max_cache
         self.spec = spec
@@ -170,6 +174,7 @@ class InstanceState:
             memory = engine.memory_usage_bytes()
             expired = engine.expired_blocks
             dropped = engine.dropped_blocks
+            kv_bytes = engine.tracked_bytes(self.block_bytes)
             queries = self.total_queries
             blocks = self.total_blocks_queried
             tokens = self.total_input_tokens
@@ -190,7 +195,7 @@ class InstanceState:
             linear_step=self.registration.linear_step,
             eviction_count=expired + dropped,
             memory_usage_bytes=memory,
-            kv_cache_usage_bytes=unique * self.block_bytes,
+            kv_cache_usage_bytes=kv_bytes,
             ttl_eviction_count=expired,
             max_tracked_blocks=self.spec.max_tracked_blocks,
             dropped_blocks=dropped,
@@ -417,15 +422,16 @@ class OnlineOptimizerManager:
 
         The fields follow the manager's :class:`QueryPolicy` (tokens, key granularity,
         timestamps). Per slot: ``cache_hit_count`` (blocks, the instance's projection),
-        ``hit_rate = hits * block_size / input_token_len`` and ``current_unique_keys =
-        min(unique blocks, slot blocks)``. Bad input raises before any state changes.
-        O(keys + slots * segments).
+        ``hit_rate = hits * block_size / input_token_len`` and ``current_unique_keys``, the
+        blocks resident at the slot's capacity after the request (``min(unique blocks, slot
+        blocks)`` for full attention; the Full blocks within the slot's bytes for hybrid
+        instances). Bad input raises before any state changes. O(keys + slots * segments).
         """
         state, keys, tokens, stamp = self._prepare(
             instance_id, block_keys, input_token_len, token_ids_len, timestamp_ns
         )
         bs = state.block_size
-        fact, hits, unique, best = self._apply(state, keys, tokens, stamp)
+        fact, hits, unique, best, resident = self._apply(state, keys, tokens, stamp, True)
         if state.theoretical_enabled:
             theoretical = TheoreticalResult(
                 max_hit_count=best,
@@ -434,16 +440,13 @@ class OnlineOptimizerManager:
             )
         else:
             theoretical = THEORETICAL_OFF
-        caps = state.capacity_blocks
         return TraceQueryResult(
             total_blocks=fact.total_blocks,
             input_token_len=tokens,
             capacity_gb=state.capacity_gb,
             hit_blocks=hits,
             hit_rates=tuple([h * bs / tokens for h in hits]) if tokens else (0.0,) * len(hits),
-            unique_keys=(
-                caps if unique >= caps[-1] else tuple([c if c < unique else unique for c in caps])
-            ),
+            unique_keys=resident,
             theoretical=theoretical,
             fact=fact,
             block_size_tokens=bs,
@@ -466,7 +469,7 @@ class OnlineOptimizerManager:
         state, keys, tokens, stamp = self._prepare(
             instance_id, block_keys, input_token_len, 0, timestamp_ns
         )
-        return self._apply(state, keys, tokens, stamp)[0], tokens
+        return self._apply(state, keys, tokens, stamp, False)[0], tokens
 
     def _prepare(
         self,
@@ -505,12 +508,13 @@ class OnlineOptimizerManager:
         return state, keys, tokens, stamp
 
     def _apply(
-        self, state: InstanceState, keys: list[int], tokens: int, stamp: int
-    ) -> tuple[RequestFact, tuple[int, ...], int, int]:
+        self, state: InstanceState, keys: list[int], tokens: int, stamp: int, answer: bool
+    ) -> tuple[RequestFact, tuple[int, ...], int, int, tuple[int, ...]]:
         """Replay ``keys`` on ``state`` under its lock (its clock advanced by the policy's
         rule 9) and add to its counters.
 
-        Returns (fact, hit blocks per slot, unique blocks, infinite-capacity hit blocks).
+        Returns (fact, hit blocks per slot, unique blocks, infinite-capacity hit blocks,
+        blocks resident per slot afterwards: only with ``answer``, else ``()``).
         """
         projection = state.projection
         with state.lock:
@@ -518,7 +522,8 @@ class OnlineOptimizerManager:
             engine = state.engine
             fact = engine.process_request(keys, now)
             unique = engine.current_unique_blocks()
-            hits = tuple(projection.slots(fact, state.capacity_blocks))
+            hits = tuple(projection.slots(fact, state.slot_units))
+            resident = engine.resident_blocks(state.slot_units) if answer else ()
             totals = state.total_hits
             totals[:] = map(add, totals, hits)
             best = projection.infinite(fact)
@@ -527,7 +532,7 @@ class OnlineOptimizerManager:
             state.total_queries += 1
             state.total_blocks_queried += fact.total_blocks
             state.total_input_tokens += tokens
-        return fact, hits, unique, best
+        return fact, hits, unique, best, resident
 
     def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
         """Summaries of every instance (or of one group's), sorted by instance_id.
@@ -868,10 +873,16 @@ def _build_state(
         LocationSpecGroup(g.name, tuple(g.spec_names)) for g in reg.location_spec_groups
     )
     members = _validated_spec_groups(spec_groups, sizes, where)
-    if reg.linear_step != 0:
-        raise Unsupported(
-            f"linear_step of {where} is {reg.linear_step!r}: hybrid linear/Mamba layouts are "
-            "not supported yet; register with linear_step 0"
+    step = reg.linear_step
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= INT32_MAX:
+        raise InvalidArgument(
+            f"linear_step of {where} must be an integer in 0..{INT32_MAX} (tokens), got {step!r}"
+        )
+    if step % bs:
+        hint = f"; {step} blocks would be {step * bs} tokens" if step * bs <= INT32_MAX else ""
+        raise InvalidArgument(
+            f"linear_step of {where} is in tokens and must be a positive multiple of "
+            f"block_size {bs} tokens, got {step}{hint}"
         )
     full_name = reg.full_location_spec_group_name
     if full_name:
@@ -889,36 +900,79 @@ def _build_state(
             "(it may only be omitted when there is exactly one)"
         )
     linear_name = reg.linear_location_spec_group_name
+    if step == 0 and linear_name:
+        raise InvalidArgument(
+            f"linear_location_spec_group_name of {where} must be empty when linear_step is "
+            f"0 (a full-attention instance), got {linear_name!r}"
+        )
+    if step and not linear_name:
+        raise InvalidArgument(
+            f"linear_location_spec_group_name of {where} must name the location_spec_group "
+            f"of the linear/Mamba state when linear_step is {step}, got ''"
+        )
     if linear_name and linear_name not in members:
         raise InvalidArgument(
             f"linear_location_spec_group_name {linear_name!r} of {where} is not one of the "
             f"location_spec_groups {sorted(members)!r}"
         )
+    if linear_name and linear_name == full_name:
+        raise InvalidArgument(
+            f"linear_location_spec_group_name of {where} must differ from the full group, "
+            f"both are {full_name!r}"
+        )
     full_specs = members[full_name]
+    linear_specs = members[linear_name] if linear_name else ()
+    shared = sorted(set(full_specs) & set(linear_specs))
+    if shared:
+        raise InvalidArgument(
+            f"location_spec_groups {full_name!r} (full) and {linear_name!r} (linear) of "
+            f"{where} share specs {shared!r}: a spec belongs to one of them"
+        )
     block_bytes = sum(sizes[n] for n in full_specs)
-    linear_specs = set(full_specs).union(members[linear_name] if linear_name else ())
-    size_full_linear = sum(sizes[n] for n in linear_specs)
+    state_bytes = sum(sizes[n] for n in linear_specs)
+    size_full_linear = block_bytes + state_bytes
     if size_full_linear > INT64_MAX:
         raise InvalidArgument(
             f"location_spec_infos sizes of {where} add up to {size_full_linear} bytes per "
             f"block, more than {INT64_MAX} (int64)"
         )
-    spec = EngineSpec(
-        model="lru",
-        ttl_ns=group.ttl_seconds * _NS_PER_SECOND,
-        max_tracked_blocks=limits.max_tracked_blocks,
-    )
-    projection = Projection(spec, block_bytes)
-    capacity_blocks = tuple(projection.units(capacity_gb_to_bytes(gb)) for gb in group.capacity_gb)
+    ttl_ns = group.ttl_seconds * _NS_PER_SECOND
+    slot_bytes = tuple(capacity_gb_to_bytes(gb) for gb in group.capacity_gb)
     limit = limits.max_tracked_blocks
-    if limit and capacity_blocks[-1] > limit:
+    if step:
+        for name, value in (("full", block_bytes), ("linear", state_bytes)):
+            if value > MAX_OBJECT_BYTES:
+                raise InvalidArgument(
+                    f"the {name} location_spec_group of {where} takes {value} bytes, more than "
+                    f"{MAX_OBJECT_BYTES} (1 TiB) per block or state"
+                )
+        steps = step // bs
+        spec = EngineSpec(
+            model="hybrid",
+            ttl_ns=ttl_ns,
+            max_tracked_blocks=limit,
+            full_bytes=block_bytes,
+            linear_bytes=state_bytes,
+            step_blocks=steps,
+        )
+        projection = Projection(spec, block_bytes)
+        slot_units = tuple(projection.units(b) for b in slot_bytes)
+        per_step = steps * block_bytes + state_bytes
+        capacity_blocks = tuple(b * steps // per_step for b in slot_bytes)
+        too_big = limit and slot_units[-1] > spec.max_tracked_bytes
+    else:
+        spec = EngineSpec(model="lru", ttl_ns=ttl_ns, max_tracked_blocks=limit)
+        projection = Projection(spec, block_bytes)
+        slot_units = capacity_blocks = tuple(projection.units(b) for b in slot_bytes)
+        too_big = limit and capacity_blocks[-1] > limit
+    if too_big:
         raise InvalidArgument(
             f"capacity_gb {group.capacity_gb[-1]!r} of instance group {group.name!r} holds "
             f"{capacity_blocks[-1]} blocks of {block_bytes} bytes for {where}, more than "
             f"max_tracked_blocks {limit}: raise --max-tracked-blocks or use a smaller slot"
         )
     stored = replace(reg, location_spec_infos=specs, location_spec_groups=spec_groups)
-    state = InstanceState(stored, group, spec, projection, capacity_blocks)
+    state = InstanceState(stored, group, spec, projection, slot_units, capacity_blocks)
     return state, RegistrationResult(capacity_blocks, block_bytes, size_full_linear)
 
 

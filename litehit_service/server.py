@@ -46,6 +46,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 1024
 DEFAULT_STREAM_IDLE_SECONDS = 600.0
 DEFAULT_WORKER_THREADS = 8
+LINGER_SECONDS = 0.3
+"""After the drain, connections stay open this long so final statuses are delivered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,16 +227,18 @@ class LiteHitServer:
 
     async def _drain(self, grace: float) -> list[str]:
         assert self._server is not None
-        await self._health.enter_graceful_shutdown()
-        self.transport.start_drain()
-        stopping = asyncio.ensure_future(self._server.stop(grace))
-        # stop() lets the in-flight calls run for up to ``grace``; note what was cut off
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        while self.transport.streams and loop.time() < deadline:
-            await asyncio.sleep(min(0.02, max(0.0, deadline - loop.time())))
-        abandoned = self.transport.abandoned()
-        await stopping
+        await self._health.enter_graceful_shutdown()
+        transport = self.transport
+        transport.start_drain()  # streams end after their batch; new calls: UNAVAILABLE
+        while (transport.streams or transport.unary_in_flight) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        abandoned = transport.abandoned()
+        # keep the connections open a moment so the final statuses reach the clients
+        # (closing at once races a client still writing: it would see a broken pipe)
+        await asyncio.sleep(max(0.0, min(LINGER_SECONDS, deadline - loop.time())))
+        await self._server.stop(max(0.0, deadline - loop.time()))
         return abandoned
 
     def stop(self) -> None:

@@ -134,6 +134,7 @@ class Transport:
         self.stream_idle_seconds = stream_idle_seconds
         self.gates = InstanceGates(known_instance)
         self.streams: dict[int, StreamRecord] = {}
+        self.unary_in_flight = 0
         self.stats = TransportStats()
         self._draining: asyncio.Event | None = None  # created on the loop
         self._next_stream = 0
@@ -223,9 +224,13 @@ class Transport:
             def work() -> bytes:
                 return servicer_method(request, None).SerializeToString()
 
-            if access is Access.QUERY:
-                return await self.gates.run({request.instance_id}, lambda: loop_run(work))
-            return await loop_run(work)
+            self.unary_in_flight += 1
+            try:
+                if access is Access.QUERY:
+                    return await self.gates.run({request.instance_id}, lambda: loop_run(work))
+                return await loop_run(work)
+            finally:
+                self.unary_in_flight -= 1
 
         return handle
 

@@ -79,3 +79,61 @@ def tree_trace(
         paths.append(path)
         out.append(path)
     return out
+
+
+class NaiveHybridLRU:
+    """One byte LRU of typed objects (hybrid linear-attention / Mamba instances).
+
+    ``Full(key)`` costs ``full_bytes`` and ``Linear(key)`` ``linear_bytes``; both share one
+    recency order and one budget of ``capacity`` bytes (None = unbounded). Each touch makes
+    an object most recent (inserting it), then least recent objects are evicted until the
+    total fits (an object larger than the budget leaves nothing). The hit, read before the
+    request, is the longest prefix ending at p with Linear(key_p) and Full(key_0..p)
+    resident. Then, tail to head: at a write position ((p+1) % step == 0 or the last block)
+    Linear(key_p) then Full(key_p) are touched, elsewhere Full(key_p) only. With a TTL,
+    objects whose age (now - last access) is >= ttl are purged before the request.
+    """
+
+    def __init__(
+        self, capacity: int | None, full_bytes: int, linear_bytes: int, step: int, ttl: int = 0
+    ) -> None:
+        self.capacity = capacity
+        self.charge = {"F": full_bytes, "L": linear_bytes}
+        self.step = step
+        self.ttl = ttl
+        self.cache: OrderedDict[tuple[str, int], int] = OrderedDict()
+        self.used = 0
+
+    def _touch(self, obj: tuple[str, int], now: int) -> None:
+        if obj in self.cache:
+            self.cache.move_to_end(obj)
+        else:
+            self.used += self.charge[obj[0]]
+        self.cache[obj] = now
+        if self.capacity is not None:
+            while self.used > self.capacity:
+                old, _ = self.cache.popitem(last=False)
+                self.used -= self.charge[old[0]]
+
+    def request(self, keys: Sequence[int], now: int = 0) -> int:
+        keys = list(dict.fromkeys(keys))
+        if self.ttl:
+            for obj in [o for o, ts in self.cache.items() if now - ts >= self.ttl]:
+                del self.cache[obj]
+                self.used -= self.charge[obj[0]]
+        hit = 0
+        for p, k in enumerate(keys):
+            if ("F", k) not in self.cache:
+                break
+            if ("L", k) in self.cache:
+                hit = p + 1
+        n = len(keys)
+        for p in range(n - 1, -1, -1):
+            if (p + 1) % self.step == 0 or p == n - 1:
+                self._touch(("L", keys[p]), now)
+            self._touch(("F", keys[p]), now)
+        return hit
+
+    def full_objects(self) -> int:
+        """Full objects resident now."""
+        return sum(1 for kind, _ in self.cache if kind == "F")

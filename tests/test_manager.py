@@ -44,6 +44,16 @@ A, B, C, D, E = 1, 2, 3, 4, 5
 WORKED = [([A, B, C], 13), ([A, B, D], 12), ([A, B, C], 13), ([A, E], 8), ([A, E], 8)]
 
 
+HYBRID: dict[str, object] = {
+    "location_spec_infos": (LocationSpec("hbm", 1024), LocationSpec("st", 2048)),
+    "location_spec_groups": (
+        LocationSpecGroup("full", ("hbm",)),
+        LocationSpecGroup("state", ("st",)),
+    ),
+    "full_location_spec_group_name": "full",
+}
+
+
 def make_group(name: str = "g", **kw: object) -> InstanceGroup:
     fields: dict[str, object] = {
         "capacity_gb": (SLOT3, SLOT2),
@@ -258,17 +268,16 @@ def test_register_returns_blocks_per_slot_and_block_bytes() -> None:
             ),
             location_spec_groups=(
                 LocationSpecGroup("full", ("k", "v")),
-                LocationSpecGroup("lin", ("x", "v")),
+                LocationSpecGroup("lin", ("x",)),
             ),
             full_location_spec_group_name="full",
-            linear_location_spec_group_name="lin",
         )
     )
-    # slots ascending: 2048 B, 3072 B, 1 GiB at 1024 B per block
+    # slots ascending: 2048 B, 3072 B, 1 GiB at 1024 B per block; no linear state
     assert result == RegistrationResult(
         estimated_capacity_blocks=(2, 3, GIB // 1024),
         size_full_only=1024,
-        size_full_linear=1031,
+        size_full_linear=1024,
     )
     assert m.get_instance("i1").block_size == 16
 
@@ -367,9 +376,47 @@ TWO_GROUPS = {
         ),
         (
             make_reg(linear_step=2),
-            Unsupported,
-            "linear_step of instance_id 'i1' is 2: hybrid linear/Mamba layouts are not "
-            "supported yet; register with linear_step 0",
+            InvalidArgument,
+            "linear_step of instance_id 'i1' is in tokens and must be a positive multiple of "
+            "block_size 4 tokens, got 2; 2 blocks would be 8 tokens",
+        ),
+        (
+            make_reg(linear_step=-4),
+            InvalidArgument,
+            "linear_step of instance_id 'i1' must be an integer in 0..2147483647 (tokens), got -4",
+        ),
+        (
+            make_reg(linear_step=8),
+            InvalidArgument,
+            "linear_location_spec_group_name of instance_id 'i1' must name the "
+            "location_spec_group of the linear/Mamba state when linear_step is 8, got ''",
+        ),
+        (
+            make_reg(linear_step=8, **HYBRID, linear_location_spec_group_name="full"),
+            InvalidArgument,
+            "linear_location_spec_group_name of instance_id 'i1' must differ from the full "
+            "group, both are 'full'",
+        ),
+        (
+            make_reg(
+                linear_step=8,
+                location_spec_infos=(LocationSpec("hbm", 1024), LocationSpec("st", 2048)),
+                location_spec_groups=(
+                    LocationSpecGroup("full", ("hbm",)),
+                    LocationSpecGroup("state", ("st", "hbm")),
+                ),
+                full_location_spec_group_name="full",
+                linear_location_spec_group_name="state",
+            ),
+            InvalidArgument,
+            "location_spec_groups 'full' (full) and 'state' (linear) of instance_id 'i1' share "
+            "specs ['hbm']: a spec belongs to one of them",
+        ),
+        (
+            make_reg(**HYBRID, linear_location_spec_group_name="state"),
+            InvalidArgument,
+            "linear_location_spec_group_name of instance_id 'i1' must be empty when "
+            "linear_step is 0 (a full-attention instance), got 'state'",
         ),
         (
             make_reg(full_location_spec_group_name="nope"),
@@ -392,7 +439,7 @@ TWO_GROUPS = {
             "is exactly one)",
         ),
         (
-            make_reg(linear_location_spec_group_name="lin"),
+            make_reg(linear_step=8, linear_location_spec_group_name="lin"),
             InvalidArgument,
             "linear_location_spec_group_name 'lin' of instance_id 'i1' is not one of the "
             "location_spec_groups ['full']",
@@ -416,7 +463,7 @@ def test_failed_reregistration_keeps_previous_registration_and_state() -> None:
     info = m.instance_infos()[0]
     with pytest.raises(InvalidArgument):
         m.register_instance(make_reg(block_size=0))
-    with pytest.raises(Unsupported):
+    with pytest.raises(InvalidArgument):
         m.register_instance(make_reg(linear_step=1))
     with pytest.raises(InstanceNotExist):
         m.register_instance(make_reg(group="missing"))

@@ -341,9 +341,10 @@ def test_fresh_key_flood_reaches_a_memory_plateau(tmp_path: Path) -> None:
             (summary,) = c.list_instances().instances
         assert summary.debug_info.unique_keys == limit
         assert summary.debug_info.dropped_blocks == 256 + key - first - limit
-        # plateau: once the limit is reached (after 1.2M keys), 2.8M more fresh keys grow
-        # RSS by less than 10 % of what the instance took
-        assert max(rss[3:]) - rss[3] < 0.10 * (rss[3] - base), rss
+        # plateau: once the limit is reached (after 1.2M keys), 2.8M more fresh keys move
+        # RSS only within the dict's sawtooth (its entry table fills with the entries of
+        # dropped keys until the next resize rebuilds it): < 25 % of what the instance took
+        assert max(rss[3:]) - rss[3] < 0.25 * (rss[3] - base), rss
         memory = summary.debug_info.memory_usage_bytes
         grown = rss[-1] - base
         assert abs(memory - grown) < 0.15 * grown, (memory, grown)

@@ -306,9 +306,9 @@ def test_register_errors_leave_the_previous_registration(example: Harness):
         "block_size" in bad_block.header.status.message and "0" in bad_block.header.status.message
     )
     assert list(bad_block.estimated_capacity_blocks) == []
-    linear = h.register(linear_step=16)
-    assert linear.header.status.code == pb2.UNSUPPORTED
-    assert "linear_step" in linear.header.status.message
+    linear = h.register(linear_step=6)
+    assert linear.header.status.code == pb2.INVALID_ARGUMENT
+    assert "linear_step of instance_id 'inst' is in tokens" in linear.header.status.message
     no_id = h.register(instance_id="")
     assert no_id.header.status.code == pb2.INVALID_ARGUMENT
     got = h.call("GetInstance", pb2.OptimizerGetInstanceRequest(instance_id="inst"))
