@@ -601,6 +601,8 @@ class OnlineOptimizerManager:
             "epoch_starts": engine.epoch_starts,
             "epoch_times": engine.epoch_times,
         }
+        if engine.kinds is not None:  # hybrid: Full (1) or Linear (2) per key
+            arrays["kinds"] = engine.kinds
         return StateCapture(instance_id, state, meta, arrays)
 
     def write_state(self, capture: StateCapture) -> bool:
@@ -776,6 +778,7 @@ def _restore_state(state: InstanceState, meta: dict[str, Any], arrays: dict[str,
             now_ns=int(meta["now_ns"]),
             expired_blocks=int(meta["expired_blocks"]),
             dropped_blocks=int(meta["dropped_blocks"]),
+            kinds=arrays.get("kinds"),
         )
         engine = create_engine(state.spec, engine_state)
         counters = (

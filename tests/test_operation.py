@@ -491,16 +491,18 @@ def _twin_trace(n: int, ttl: int) -> list[pb2.TraceQueryRequest]:
 
 
 @pytest.mark.parametrize("ttl", [0, 7])
-def test_restart_twins_give_equal_answers_and_lists(tmp_path: Path, ttl: int) -> None:
+@pytest.mark.parametrize("model", ["full", "hybrid"])
+def test_restart_twins_give_equal_answers_and_lists(tmp_path: Path, ttl: int, model: str) -> None:
     """Two servers fed the same trace; one is stopped and restarted halfway."""
     trace = _twin_trace(400, ttl)
     plain = ServeProcess("--data-dir", str(tmp_path / "plain"))
     twin = ServeProcess("--data-dir", str(tmp_path / "twin"))
+    registration = reg() if model == "full" else _hybrid_reg()
     try:
         for s in (plain, twin):
             with OptimizerClient(s.grpc) as c:
-                c.create_instance_group(group(ttl_seconds=ttl))
-                c.register_instance(reg())
+                c.create_instance_group(group(ttl_seconds=ttl, blocks=(1, 3, 9)))
+                c.register_instance(registration)
         with OptimizerClient(plain.grpc) as c:
             expected = [r.SerializeToString() for r in c.stream_trace_queries(trace)]
             expected_list = _comparable(c.list_instances())
@@ -517,6 +519,20 @@ def test_restart_twins_give_equal_answers_and_lists(tmp_path: Path, ttl: int) ->
         for s in (plain, twin):
             if s.proc.poll() is None:
                 s.terminate()
+
+
+def _hybrid_reg() -> InstanceRegistration:
+    """Blocks of 1024 bytes with a 2048-byte state every 2 blocks (8 tokens)."""
+    return InstanceRegistration(
+        "i",
+        "g",
+        4,
+        (LocationSpec("kv", 1024), LocationSpec("state", 2048)),
+        (LocationSpecGroup("full", ("kv",)), LocationSpecGroup("linear", ("state",))),
+        full_location_spec_group_name="full",
+        linear_location_spec_group_name="linear",
+        linear_step=8,
+    )
 
 
 def _comparable(response: pb2.OptimizerListInstancesResponse) -> list[bytes]:
