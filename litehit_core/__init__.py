@@ -10,6 +10,7 @@ from litehit_core.errors import InvalidRequestError, LocatedError
 from litehit_core.facts import (
     FACTS_FILENAME,
     FACTS_HEADER,
+    FACTS_HEADER_MODELS,
     FactLineFormat,
     FactRow,
     FactsWriter,
@@ -20,7 +21,14 @@ from litehit_core.facts import (
 )
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.lite_hit import LiteHit
-from litehit_core.model import HitCurveSegment, NormalizedRequest, RequestFact
+from litehit_core.model import (
+    FACT_MODELS,
+    FactModel,
+    HitCurveSegment,
+    HitCurveStep,
+    NormalizedRequest,
+    RequestFact,
+)
 from litehit_core.normalize import normalize_request
 from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
 from litehit_core.projector import (
@@ -52,6 +60,7 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "FACTS_FILENAME",
     "FACTS_HEADER",
+    "FACTS_HEADER_MODELS",
     "MAX_CAPACITY_GB",
     "CurvePoint",
     "FactLineFormat",
@@ -65,7 +74,10 @@ __all__ = [
     "project_matrix",
     "query_facts",
     "read_facts",
+    "FACT_MODELS",
+    "FactModel",
     "HitCurveSegment",
+    "HitCurveStep",
     "InvalidRequestError",
     "LocatedError",
     "LiteHit",

@@ -3,8 +3,10 @@
 A segment ``(s, r)`` contributes ``clip(C - s + 1, 0, r)`` hit blocks at capacity ``C``:
 slope +1 from ``C = s`` to ``C = s + r - 1``, flat afterwards. Summed over many facts, the
 cumulative hits ``H(C)`` are piecewise linear with integer slopes, so the whole curve is
-the sorted list of slope changes — no loop over capacities. Capacities are in blocks;
-weights turn blocks into any unit (e.g. ``block_size_tokens`` for hit tokens).
+the sorted list of slope changes — no loop over capacities. A staircase corner (a jump of
+hits at one capacity, :class:`~litehit_core.model.HitCurveStep`) is a slope over one unit.
+Capacities are in the curve's unit (blocks; bytes for hybrid staircases); weights turn
+blocks into any unit (e.g. ``block_size_tokens`` for hit tokens).
 """
 
 from __future__ import annotations
@@ -46,6 +48,20 @@ class HitCurveAccumulator:
             delta[s] = get(s, 0) + weight
             e = s + r
             delta[e] = get(e, 0) - weight
+        self._points = None
+
+    def add_steps(self, steps: Sequence[tuple[int, int]], weight: int = 1) -> None:
+        """Add one request's staircase (corners ``(threshold, hit blocks)``, both strictly
+        increasing), each hit block counting ``weight``: a jump at each threshold.
+        O(corners)."""
+        delta = self._delta
+        get = delta.get
+        previous = 0
+        for threshold, hits in steps:
+            jump = (hits - previous) * weight
+            previous = hits
+            delta[threshold] = get(threshold, 0) + jump
+            delta[threshold + 1] = get(threshold + 1, 0) - jump
         self._points = None
 
     def add(self, fact: RequestFact, weight: int = 1, input_tokens: int = 0) -> None:

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 from litehit_core.errors import InvalidRequestError
 from litehit_core.hybrid import HybridLRU
 from litehit_core.lite_hit import LiteHit
-from litehit_core.model import RequestFact
+from litehit_core.model import FACT_MODELS, FactModel, RequestFact
 from litehit_core.state import EngineState
 
 __all__ = ["MODELS", "EngineModel", "EngineSpec", "EngineState", "ReplayEngine", "create_engine"]
@@ -126,26 +126,34 @@ def _hybrid(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
 
 @dataclass(frozen=True, slots=True)
 class EngineModel:
-    """A replay model's static description.
+    """A replay model: how its facts read (:class:`~litehit_core.model.FactModel`:
+    ``curve`` ramps or steps, thresholds in ``unit`` blocks or bytes) and how to ``build``
+    its engine from a spec, fresh (``state`` None) or restored."""
 
-    ``curve``: the shape of its facts' hit curves: ``"ramps"``
-    (:class:`~litehit_core.model.HitCurveSegment`: the k-th block of a segment hits from
-    ``start + k``) or ``"steps"`` (:class:`~litehit_core.model.HitCurveStep` corners).
-    ``unit``: the capacity unit its thresholds are in, ``"blocks"`` or ``"bytes"``.
-    ``build(spec, state)`` makes its engine, fresh (``state`` None) or restored.
-    """
-
-    name: str
-    curve: str
-    unit: str
+    facts: FactModel
     build: Callable[[EngineSpec, EngineState | None], ReplayEngine]
 
+    @property
+    def name(self) -> str:
+        return self.facts.name
 
-MODELS: dict[str, EngineModel] = {
-    "lru": EngineModel("lru", curve="ramps", unit="blocks", build=_lru),
-    "hybrid": EngineModel("hybrid", curve="steps", unit="bytes", build=_hybrid),
+    @property
+    def curve(self) -> str:
+        return self.facts.curve
+
+    @property
+    def unit(self) -> str:
+        return self.facts.unit
+
+
+_BUILDERS: dict[str, Callable[[EngineSpec, EngineState | None], ReplayEngine]] = {
+    "lru": _lru,
+    "hybrid": _hybrid,
 }
-"""Every model LiteHit replays, by name."""
+MODELS: dict[str, EngineModel] = {
+    name: EngineModel(facts, _BUILDERS[name]) for name, facts in FACT_MODELS.items()
+}
+"""Every model LiteHit replays, by name: each fact model has its engine builder."""
 
 
 def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayEngine:

@@ -1,13 +1,25 @@
 """The facts ledger: one CSV row per request, self-describing and re-projectable.
 
-Format (header exactly :data:`FACTS_HEADER`)::
+Format (header exactly :data:`FACTS_HEADER`) of a ledger of full-attention instances::
 
     trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve
     7,gpu-0,1000,13,4,1024,"[[1,2],[4,1]]"
 
-``hit_curve`` is always quoted compact JSON ``[[start,run],...]`` (no spaces); the string
-fields are quoted per CSV rules only when needed. A row carries everything needed to
-project it at any capacity: blocks come from the curve, bytes via ``block_bytes``.
+``hit_curve`` is always quoted compact JSON (no spaces); the string fields are quoted per
+CSV rules only when needed. A row carries everything needed to project it at any capacity:
+for model ``lru`` the curve holds ramps ``[start,run]`` in blocks (the k-th block of a
+segment hits from ``start + k`` blocks), and bytes become blocks via ``block_bytes``.
+
+A ledger with any other model (hybrid linear/Mamba instances) has the header
+:data:`FACTS_HEADER_MODELS`, one more column ``model`` before the curve::
+
+    trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,model,hit_curve
+    7,mamba-0,1000,20,4,1024,hybrid,"[[4096,2],[7168,3]]"
+
+where a ``hybrid`` curve is a staircase of corners ``[threshold_bytes,hit_blocks]`` (both
+strictly increasing: from that many bytes of capacity on, that many head blocks hit) and
+``block_bytes`` is the bytes of one full-attention block (a state's bytes are in the
+thresholds). :data:`~litehit_core.model.FACT_MODELS` says how each model's curve reads.
 """
 
 from __future__ import annotations
@@ -23,17 +35,22 @@ from typing import IO, NamedTuple
 
 from litehit_core.errors import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
-from litehit_core.model import HitCurveSegment
+from litehit_core.model import FACT_MODELS, HitCurveSegment, HitCurveStep
 from litehit_core.temporaries import remove_stale_temps, temp_path
 
 FACTS_HEADER = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
 )
+FACTS_HEADER_MODELS = (
+    "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,model,"
+    "hit_curve"
+)
 FACTS_FILENAME = "litehit_facts.csv"
 
 
 class FactRow(NamedTuple):
-    """One request of the ledger. Units: tokens, blocks (curve), bytes (block_bytes)."""
+    """One request of the ledger. Units: tokens, bytes (block_bytes), and the curve's: blocks
+    (``model`` lru) or bytes (``model`` hybrid, a staircase)."""
 
     trace_id: str
     instance_id: str
@@ -41,7 +58,8 @@ class FactRow(NamedTuple):
     input_token_len: int
     block_size_tokens: int
     block_bytes: int
-    hit_curve: tuple[HitCurveSegment, ...]
+    hit_curve: tuple[HitCurveSegment, ...] | tuple[HitCurveStep, ...]
+    model: str = "lru"
 
 
 def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
@@ -69,9 +87,14 @@ class FactLineFormat:
 
     __slots__ = ("_head", "_tail")
 
-    def __init__(self, instance_id: str, block_size_tokens: int, block_bytes: int) -> None:
+    def __init__(
+        self, instance_id: str, block_size_tokens: int, block_bytes: int, model: str | None = None
+    ) -> None:
+        """``model``: the value of the ``model`` column (a ledger with
+        :data:`FACTS_HEADER_MODELS`), or None for a :data:`FACTS_HEADER` ledger."""
         self._head = f",{csv_field(instance_id)},"
-        self._tail = f',{block_size_tokens},{block_bytes},"'
+        column = f"{model}," if model is not None else ""
+        self._tail = f',{block_size_tokens},{block_bytes},{column}"'
 
     def line(
         self,
@@ -89,9 +112,11 @@ class FactLineFormat:
         )
 
 
-def format_fact_row(row: FactRow) -> str:
-    """One ledger line including the trailing newline (see :class:`FactLineFormat`)."""
-    return FactLineFormat(row.instance_id, row.block_size_tokens, row.block_bytes).line(
+def format_fact_row(row: FactRow, with_model: bool = False) -> str:
+    """One ledger line including the trailing newline (see :class:`FactLineFormat`);
+    ``with_model`` for a ledger with the ``model`` column."""
+    model = row.model if with_model else None
+    return FactLineFormat(row.instance_id, row.block_size_tokens, row.block_bytes, model).line(
         row.trace_id, row.timestamp_ns, row.input_token_len, row.hit_curve
     )
 
@@ -106,9 +131,12 @@ class FactsWriter:
     of ``path`` that dead processes left (one directory listing). Each write is O(segments).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], with_model: bool = False) -> None:
+        """``with_model``: write :data:`FACTS_HEADER_MODELS` and the ``model`` column (needed
+        as soon as one row is of another model than ``lru``)."""
         self.path = Path(path)
         self.tmp_path = Path(temp_path(self.path))
+        self.with_model = with_model
         self.rows_written = 0
         self._fh: IO[str] | None = None
 
@@ -116,13 +144,15 @@ class FactsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(self.path)
         self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
-        self._fh.write(FACTS_HEADER + "\n")
+        self._fh.write((FACTS_HEADER_MODELS if self.with_model else FACTS_HEADER) + "\n")
         return self
 
     def write(self, row: FactRow) -> None:
         """Append one row. O(segments)."""
         assert self._fh is not None, "FactsWriter used outside its with-block"
-        self._fh.write(format_fact_row(row))
+        if row.model != "lru" and not self.with_model:
+            raise ValueError(f"a {row.model!r} row needs a ledger with the model column")
+        self._fh.write(format_fact_row(row, self.with_model))
         self.rows_written += 1
 
     def write_lines(self, lines: Iterable[str]) -> None:
@@ -199,6 +229,31 @@ def _id_error(rec: list[str]) -> str | None:
     return None
 
 
+def parse_hit_steps(text: str) -> tuple[HitCurveStep, ...]:
+    """Parse and validate a compact staircase ``[[threshold,hits],...]`` (both strictly
+    increasing, hits >= 1). Raises ValueError with the reason. O(len)."""
+    if text == "[]":
+        return ()
+    if not (text.startswith("[[") and text.endswith("]]")) or not text.isascii() or " " in text:
+        raise ValueError(f"hit_curve must look like [[threshold,hits],...] (compact), got {text!r}")
+    out = []
+    last_threshold = -1
+    last_hits = 0
+    for part in text[2:-2].split("],["):
+        pair = part.split(",")
+        if len(pair) != 2 or not (pair[0].isdigit() and pair[1].isdigit()):
+            raise ValueError(f"hit_curve corner must be [threshold,hits] integers, got [{part}]")
+        threshold, hits = int(pair[0]), int(pair[1])
+        if threshold <= last_threshold or hits <= last_hits:
+            raise ValueError(
+                f"hit_curve corners must increase in threshold and hits: [{part}] after "
+                f"[{last_threshold},{last_hits}]"
+            )
+        out.append(HitCurveStep(threshold, hits))
+        last_threshold, last_hits = threshold, hits
+    return tuple(out)
+
+
 def parse_hit_curve(text: str) -> tuple[HitCurveSegment, ...]:
     """Parse and validate compact curve JSON. Raises ValueError with the reason. O(len)."""
     if text == "[]":
@@ -255,28 +310,37 @@ def read_facts(
         reader = csv.reader(lines)
         try:
             header = next(reader, None)
-            if header is None or ",".join(header) != FACTS_HEADER:
+            joined = ",".join(header or [])
+            if header is None or joined not in (FACTS_HEADER, FACTS_HEADER_MODELS):
                 raise LocatedError(
-                    name, 1, f"header must be {FACTS_HEADER!r}, got {','.join(header or [])!r}"
+                    name,
+                    1,
+                    f"header must be {FACTS_HEADER!r} (or with a model column: "
+                    f"{FACTS_HEADER_MODELS!r}), got {joined!r}",
                 )
+            width = 8 if joined == FACTS_HEADER_MODELS else 7
             # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
-            curves: dict[str, tuple[tuple[HitCurveSegment, ...], int]] = {}
+            curves: dict[tuple[str, str], tuple[tuple, int]] = {}
             for rec in reader:
-                if len(rec) != 7:
+                if len(rec) != width:
                     if not rec:
                         continue
-                    raise LocatedError(name, reader.line_num, f"expected 7 fields, got {len(rec)}")
+                    raise LocatedError(
+                        name, reader.line_num, f"expected {width} fields, got {len(rec)}"
+                    )
+                model = rec[6] if width == 8 else "lru"
+                text = rec[-1]
                 try:
                     digits = rec[2] + rec[3] + rec[4] + rec[5]
                     if not (digits.isascii() and digits.isdigit()) or not all(rec[2:6]):
                         raise ValueError("not digits")
                     ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
-                    parsed = curves.get(rec[6])
+                    parsed = curves.get((model, text))
                     if parsed is None:
-                        curve = parse_hit_curve(rec[6])
+                        parsed = _parse_curve(model, text)
                         if len(curves) >= _CURVE_CACHE:
                             curves.clear()
-                        parsed = curves[rec[6]] = (curve, sum(r for _, r in curve))
+                        curves[(model, text)] = parsed
                 except ValueError as exc:
                     raise LocatedError(name, reader.line_num, _field_error(rec, exc)) from None
                 curve, hit_blocks = parsed
@@ -301,9 +365,22 @@ def read_facts(
                     block_size_tokens=bs,
                     block_bytes=bb,
                     hit_curve=curve,
+                    model=model,
                 )
         except csv.Error as exc:  # e.g. a quoted field over the csv module's field limit
             raise LocatedError(name, reader.line_num, f"malformed CSV: {exc}") from None
+
+
+def _parse_curve(model: str, text: str) -> tuple[tuple, int]:
+    """(curve, hit blocks at infinite capacity) of a curve text of ``model``."""
+    facts = FACT_MODELS.get(model)
+    if facts is None:
+        raise ValueError(f"model must be one of {sorted(FACT_MODELS)}, got {model!r}")
+    if facts.curve == "steps":
+        steps = parse_hit_steps(text)
+        return steps, steps[-1][1] if steps else 0
+    ramps = parse_hit_curve(text)
+    return ramps, sum(r for _, r in ramps)
 
 
 _SPLITLINES_ONLY = ("\x0b", "\x0c", "\x1c", "\x1d", "\x1e")

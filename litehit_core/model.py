@@ -11,6 +11,8 @@ from typing import NamedTuple
 from litehit_core.errors import InvalidRequestError
 
 __all__ = [
+    "FACT_MODELS",
+    "FactModel",
     "HitCurveSegment",
     "HitCurveStep",
     "InvalidRequestError",
@@ -64,3 +66,20 @@ class NormalizedRequest(NamedTuple):
 
     block_keys: list[int]
     input_token_len: int
+
+
+class FactModel(NamedTuple):
+    """How the facts of a replay model read: ``curve`` ``"ramps"`` (:class:`HitCurveSegment`)
+    or ``"steps"`` (:class:`HitCurveStep` corners), thresholds in ``unit`` ``"blocks"`` or
+    ``"bytes"``."""
+
+    name: str
+    curve: str
+    unit: str
+
+
+FACT_MODELS: dict[str, FactModel] = {
+    "lru": FactModel("lru", "ramps", "blocks"),
+    "hybrid": FactModel("hybrid", "steps", "bytes"),
+}
+"""Every replay model's facts by model name (the engines are in :mod:`litehit_core.engine`)."""

@@ -160,6 +160,53 @@ def project_matrix(
     return hits
 
 
+def project_steps_matrix(
+    curves: Sequence[Sequence[tuple[int, int]]],
+    unit_bytes: Sequence[int],
+    slot_bytes: Sequence[int],
+) -> np.ndarray:
+    """Hit blocks of many staircases at many byte capacities: an int64 (curves x slots)
+    matrix, the vectorised :func:`project_steps`.
+
+    ``unit_bytes[i]`` is the bytes of curve i's capacity unit (1 for thresholds in bytes,
+    ``block_bytes`` for thresholds in blocks: the same floor division as
+    :func:`bytes_to_blocks`); ``slot_bytes[k] < 0`` means infinite. O(corners x slots)
+    numpy work plus O(curves + corners) Python.
+    """
+    n_rows, n_slots = len(curves), len(slot_bytes)
+    hits = np.zeros((n_rows, n_slots), dtype=np.int64)
+    counts = np.fromiter(map(len, curves), dtype=np.int64, count=n_rows)
+    n_corners = int(counts.sum())
+    if not n_corners:
+        return hits
+    for ub in set(unit_bytes):
+        if ub <= 0:
+            raise InvalidRequestError(f"unit_bytes must be > 0, got {ub}")
+    flat = np.fromiter(
+        chain.from_iterable(chain.from_iterable(curves)), np.int64, count=2 * n_corners
+    ).reshape(n_corners, 2)
+    owner = np.repeat(np.arange(n_rows), counts)
+    # increments of hit blocks at each corner (hits are cumulative along a staircase)
+    jumps = flat[:, 1].copy()
+    starts = np.cumsum(counts) - counts
+    inner = np.ones(n_corners, dtype=bool)
+    inner[starts[counts > 0]] = False
+    jumps[inner] -= flat[:-1, 1][inner[1:]]
+    sizes = sorted(set(unit_bytes))
+    per_size = np.array(
+        [
+            [_INFINITE_BLOCKS if sb < 0 else min(sb // ub, _INFINITE_BLOCKS) for sb in slot_bytes]
+            for ub in sizes
+        ],
+        dtype=np.int64,
+    ).reshape(len(sizes), n_slots)
+    index = {ub: i for i, ub in enumerate(sizes)}
+    which = np.fromiter(map(index.__getitem__, unit_bytes), np.int64, count=n_rows)
+    reached = flat[:, :1] <= per_size[which[owner]]
+    np.add.at(hits, owner, reached * jumps[:, None])
+    return hits
+
+
 def project_steps(steps: Sequence[tuple[int, int]], capacity: int) -> int:
     """Hit blocks of a staircase (:class:`~litehit_core.model.HitCurveStep` corners) at
     ``capacity`` (the staircase's unit): the last corner with ``threshold <= capacity``.

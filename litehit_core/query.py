@@ -30,8 +30,8 @@ import numpy as np
 import orjson
 
 from litehit_core.facts import FactRow
-from litehit_core.model import InvalidRequestError
-from litehit_core.projector import capacity_gb_to_bytes, project_matrix
+from litehit_core.model import FACT_MODELS, InvalidRequestError
+from litehit_core.projector import capacity_gb_to_bytes, project_matrix, project_steps_matrix
 
 CHUNK_ROWS = 4096
 
@@ -88,9 +88,7 @@ class FactsQuery:
             if not chunk:
                 return
             n = len(chunk)
-            hits = project_matrix(
-                [r.hit_curve for r in chunk], [r.block_bytes for r in chunk], slot_bytes
-            )
+            hits = _project_rows(chunk, slot_bytes)
             bs = np.fromiter((r.block_size_tokens for r in chunk), dtype=np.int64, count=n)
             tokens = np.fromiter((r.input_token_len for r in chunk), dtype=np.int64, count=n)
             hit_tokens = hits * bs[:, None]
@@ -144,6 +142,29 @@ class FactsQuery:
             hit_rates=[h / tokens if tokens else 0.0 for h in hit_tokens],
         )
         return out
+
+
+def _project_rows(rows: list[FactRow], slot_bytes: list[int]) -> np.ndarray:
+    """Hit blocks of every row at every slot (bytes; negative = infinite), each row read as
+    its model says (:data:`~litehit_core.model.FACT_MODELS`): ramps in blocks through
+    :func:`project_matrix`, staircases through :func:`project_steps_matrix` (bytes as they
+    are, or whole blocks). O(segments x slots) numpy work."""
+    ramps = [i for i, r in enumerate(rows) if FACT_MODELS[r.model].curve == "ramps"]
+    if len(ramps) == len(rows):
+        return project_matrix(
+            [r.hit_curve for r in rows], [r.block_bytes for r in rows], slot_bytes
+        )
+    hits = np.zeros((len(rows), len(slot_bytes)), dtype=np.int64)
+    if ramps:
+        picked = [rows[i] for i in ramps]
+        hits[ramps] = project_matrix(
+            [r.hit_curve for r in picked], [r.block_bytes for r in picked], slot_bytes
+        )
+    steps = [i for i, r in enumerate(rows) if FACT_MODELS[r.model].curve == "steps"]
+    picked = [rows[i] for i in steps]
+    units = [1 if FACT_MODELS[r.model].unit == "bytes" else r.block_bytes for r in picked]
+    hits[steps] = project_steps_matrix([r.hit_curve for r in picked], units, slot_bytes)
+    return hits
 
 
 def query_facts(

@@ -100,15 +100,15 @@ def test_worked_example_curve_exact() -> None:
     ]  # fmt: skip
     assert curve.hit_rate_at_gb(2048 / GIB) == 28 / 54
     assert curve.hit_rate_at_gb(-1) == 32 / 54 == curve.infinite_hit_rate
-    assert curve.saturation_blocks == 4
+    assert curve.saturation == 4
     # ceil(0.9 * 32) = 29 > H(3) = 28: all three marks need 4 blocks
-    assert [(m.percent, m.target_hit_tokens, m.capacity_blocks) for m in curve.marks()] == [
+    assert [(m.percent, m.target_hit_tokens, m.capacity) for m in curve.marks()] == [
         (90, 29, 4),
         (95, 31, 4),
         (99, 32, 4),
     ]
-    assert curve.mark(50) == (50, 16, 1, 1024 / GIB, 16, 16 / 54)
-    assert curve.mark(0).capacity_blocks == 0
+    assert curve.mark(50) == (50, 16, 1, 1024, 1024 / GIB, 16, 16 / 54)
+    assert curve.mark(0).capacity == 0
 
 
 def test_monotone_non_decreasing() -> None:
@@ -118,7 +118,7 @@ def test_monotone_non_decreasing() -> None:
         caps = [c for c, _ in points]
         assert caps == sorted(set(caps)) and caps[0] == 0
         assert all(h0 <= h1 for (_, h0), (_, h1) in zip(points, points[1:]))
-        rates = [curve.hit_rate_at(c) for c in range(curve.saturation_blocks + 3)]
+        rates = [curve.hit_rate_at(c) for c in range(curve.saturation + 3)]
         assert all(r0 <= r1 for r0, r1 in zip(rates, rates[1:]))
         assert rates[-1] == curve.infinite_hit_rate > 0
 
@@ -126,7 +126,7 @@ def test_monotone_non_decreasing() -> None:
 def test_equals_brute_force_at_every_capacity() -> None:
     rows = random_rows(2)
     for curve in build_curves(rows):
-        for c in range(curve.saturation_blocks + 2):
+        for c in range(curve.saturation + 2):
             assert curve.hit_tokens_at(c) == brute_hit_tokens(rows, curve.instance_id, c)
 
 
@@ -137,14 +137,14 @@ def test_equals_query_at_random_capacities() -> None:
     caps: list[float] = [-1, 0, -0.25]
     for _ in range(40):  # GiB values landing anywhere, including between block boundaries
         bs, bb, _ = INSTANCES[rng.choice(sorted(INSTANCES))]
-        blocks = rng.randint(1, 2 * max(c.saturation_blocks for c in curves.values()))
+        blocks = rng.randint(1, 2 * max(c.saturation for c in curves.values()))
         caps.append((blocks + rng.choice([0.0, 0.3, 0.999])) * bb / GIB)
     summaries = [r for r in query_facts(rows, caps) if "instance_id" in r and "summary" in r]
     assert [s["instance_id"] for s in summaries] == sorted(curves)
     for s in summaries:
         curve = curves[s["instance_id"]]
         assert s["total_input_tokens"] == curve.input_tokens
-        assert s["total_hit_tokens"] == [curve.hit_tokens_at(curve.blocks_for_gb(g)) for g in caps]
+        assert s["total_hit_tokens"] == [curve.hit_tokens_at(curve.units_for_gb(g)) for g in caps]
         assert s["hit_rates"] == [curve.hit_rate_at_gb(g) for g in caps]  # exactly
 
 
@@ -158,14 +158,14 @@ def test_marks_are_exact_minimal_capacities(seed: int) -> None:
             # smallest C with 100 * H(C) >= percent * inf, by brute force
             want = next(
                 c
-                for c in range(curve.saturation_blocks + 1)
+                for c in range(curve.saturation + 1)
                 if 100 * brute_hit_tokens(rows, curve.instance_id, c) >= percent * inf
             )
             mark = curve.mark(percent)
-            assert mark.capacity_blocks == want
+            assert mark.capacity == want
             assert mark.hit_tokens == brute_hit_tokens(rows, curve.instance_id, want)
             assert mark.capacity_gb == want * curve.block_bytes / GIB
-        assert curve.mark(100).capacity_blocks == curve.saturation_blocks
+        assert curve.mark(100).capacity == curve.saturation
 
 
 def test_mark_percent_validated() -> None:
@@ -203,7 +203,7 @@ def test_mixed_block_sizes_rejected(field: str, replace: dict, values: str) -> N
         build_curves(rows)
     assert str(info.value) == (
         f"instance 'gpu-0' has rows with different {field}: {values}; "
-        "a curve needs one block size per instance"
+        "a curve needs one block size and one model per instance"
     )
 
 
@@ -211,7 +211,7 @@ def test_table_capacities_log_spaced() -> None:
     rows = random_rows(8)
     for curve in build_curves(rows):
         caps = table_capacities(curve)
-        assert caps[0] == 1 and caps[-1] == curve.saturation_blocks
+        assert caps[0] == 1 and caps[-1] == curve.saturation
         assert caps == sorted(set(caps)) and len(caps) <= 30
     (worked,) = build_curves(worked_rows())
     assert table_capacities(worked) == [1, 2, 3, 4]
@@ -252,12 +252,12 @@ first reached at 4 blocks = 3.8147e-06 GiB
 """
 
 WORKED_CSV = """\
-instance_id,capacity_blocks,capacity_gb,hit_tokens,hit_rate
-gpu-0,0,0.0,0,0.0
-gpu-0,1,9.5367431640625e-07,16,0.2962962962962963
-gpu-0,2,1.9073486328125e-06,28,0.5185185185185185
-gpu-0,3,2.86102294921875e-06,28,0.5185185185185185
-gpu-0,4,3.814697265625e-06,32,0.5925925925925926
+instance_id,capacity_blocks,capacity_bytes,capacity_gb,hit_tokens,hit_rate
+gpu-0,0,0,0.0,0,0.0
+gpu-0,1,1024,9.5367431640625e-07,16,0.2962962962962963
+gpu-0,2,2048,1.9073486328125e-06,28,0.5185185185185185
+gpu-0,3,3072,2.86102294921875e-06,28,0.5185185185185185
+gpu-0,4,4096,3.814697265625e-06,32,0.5925925925925926
 """
 
 
@@ -311,17 +311,18 @@ def test_cli_csv_matches_query_at_breakpoints(
         blocks = [int(r[1]) for r in recs]
         assert blocks[0] == 0 and blocks == sorted(set(blocks))
         for rec in recs:
-            c, gb, hits, rate = int(rec[1]), float(rec[2]), int(rec[3]), float(rec[4])
-            assert gb == c * bb / GIB
+            c, nbytes, gb = int(rec[1]), int(rec[2]), float(rec[3])
+            hits, rate = int(rec[4]), float(rec[5])
+            assert nbytes == c * bb and gb == c * bb / GIB
             assert hits == brute_hit_tokens(rows, iid, c)
             assert rate == hits / tokens
         # the same numbers from `litehit query` at each breakpoint's capacity in GiB
-        gbs = [repr(float(r[2])) for r in recs]
+        gbs = [repr(float(r[3])) for r in recs]
         code = main(["query", str(facts), "--capacity-gb", *gbs, "--summary-only"])
         q_out = capsys.readouterr().out
         assert code == 0
         (summary,) = [s for s in map(json.loads, q_out.splitlines()) if s.get("instance_id") == iid]
-        assert summary["total_hit_tokens"] == [int(r[3]) for r in recs]
+        assert summary["total_hit_tokens"] == [int(r[4]) for r in recs]
     assert out.count("theoretical max") == 3
     assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob("*.tmp"))
 
@@ -362,8 +363,8 @@ def test_cli_mixed_block_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 2
     assert err == (
         "litehit curve: error: instance 'gpu-0' has rows with different block_bytes: "
-        "1024 (trace_id 'r1') and 4096 (trace_id 'r5'); a curve needs one block size per "
-        "instance\n"
+        "1024 (trace_id 'r1') and 4096 (trace_id 'r5'); a curve needs one block size and "
+        "one model per instance\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.csv"]
 
@@ -440,8 +441,8 @@ def test_mooncake_reference_hit_rates(mooncake_facts: Path) -> None:
     assert got == [0.053172, 0.281799, 0.370017, 0.373380]
     for mark in curve.marks():
         target = -(-mark.percent * curve.infinite_hit_tokens // 100)
-        assert curve.hit_tokens_at(mark.capacity_blocks) >= target
-        assert curve.hit_tokens_at(mark.capacity_blocks - 1) < target
+        assert curve.hit_tokens_at(mark.capacity) >= target
+        assert curve.hit_tokens_at(mark.capacity - 1) < target
 
 
 def test_mooncake_cli(
@@ -455,4 +456,4 @@ def test_mooncake_cli(
     assert err.startswith("curve: 12031 requests, 1 instances, ")
     with open(csv_path, newline="") as fh:
         last = list(csv.reader(fh))[-1]
-    assert last[0] == "mooncake" and round(float(last[4]), 6) == 0.373380
+    assert last[0] == "mooncake" and round(float(last[5]), 6) == 0.373380

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from litehit_core import LocatedError
 from litehit_core.facts import (
     FACTS_HEADER,
+    FACTS_HEADER_MODELS,
     FactRow,
     FactsWriter,
     read_facts,
@@ -49,7 +51,56 @@ def test_header_constant() -> None:
     assert FACTS_HEADER == (
         "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
     )
-    assert FactRow._fields == tuple(FACTS_HEADER.split(","))
+    assert FactRow._fields == (*FACTS_HEADER.split(","), "model")
+    assert FACTS_HEADER_MODELS == FACTS_HEADER.replace(",hit_curve", ",model,hit_curve")
+
+
+def test_hybrid_rows_exact_file_text_and_read_back(tmp_path: Path) -> None:
+    from litehit_core import HitCurveStep
+
+    rows = [
+        FactRow("1", "mamba-0", 5, 12, 4, 1024, (), "hybrid"),
+        FactRow(
+            "2", "mamba-0", 6, 13, 4, 1024, (HitCurveStep(4096, 2), HitCurveStep(7168, 3)), "hybrid"
+        ),  # fmt: skip
+        FactRow("3", "gpu-0", 7, 8, 4, 1024, (HitCurveSegment(1, 2),)),
+    ]
+    path = tmp_path / "f.csv"
+    with FactsWriter(path, with_model=True) as writer:
+        for row in rows:
+            writer.write(row)
+    assert path.read_text() == (
+        FACTS_HEADER_MODELS + "\n"
+        '1,mamba-0,5,12,4,1024,hybrid,"[]"\n'
+        '2,mamba-0,6,13,4,1024,hybrid,"[[4096,2],[7168,3]]"\n'
+        '3,gpu-0,7,8,4,1024,lru,"[[1,2]]"\n'
+    )
+    assert list(read_facts(path)) == rows
+    with (
+        pytest.raises(ValueError, match="needs a ledger with the model column"),
+        FactsWriter(tmp_path / "g.csv") as plain,
+    ):
+        plain.write(rows[0])
+
+
+@pytest.mark.parametrize(
+    ("curve", "reason"),
+    [
+        ('"[[4096,2],[4096,3]]"', "corners must increase in threshold and hits"),
+        ('"[[4096,3],[5000,3]]"', "corners must increase in threshold and hits"),
+        ('"[[1,0]]"', "corners must increase in threshold and hits"),
+        ('"[[1,2,3]]"', "corner must be [threshold,hits] integers"),
+        ('"[[10,4]]"', "hit_curve covers 4 blocks of 4 tokens but input_token_len is 13"),
+    ],
+)
+def test_hybrid_curve_errors_name_the_line(tmp_path: Path, curve: str, reason: str) -> None:
+    path = tmp_path / "f.csv"
+    path.write_text(FACTS_HEADER_MODELS + "\n" + f"1,m,5,13,4,1024,hybrid,{curve}\n")
+    with pytest.raises(LocatedError, match=rf":2: .*{re.escape(reason)}"):
+        list(read_facts(path))
+    path.write_text(FACTS_HEADER_MODELS + "\n" + '1,m,5,13,4,1024,fifo,"[]"\n')
+    with pytest.raises(LocatedError, match=r":2: model must be one of \['hybrid', 'lru'\]"):
+        list(read_facts(path))
 
 
 # ---------------------------------------------------------------- writing and reading

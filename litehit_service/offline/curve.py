@@ -3,8 +3,9 @@
 Per instance, the rows' hit curves go into one :class:`~litehit_core.HitCurveAccumulator`
 with weight ``block_size_tokens``, so its cumulative "hits" are hit *tokens*; divided by the
 sum of ``input_token_len`` they are the token hit rate of an LRU of any capacity. The curve
-is piecewise linear in blocks and its breakpoints are exact; capacities convert to GiB with
-the instance's ``block_bytes`` (one block size per instance, checked).
+is exact at every capacity, in the unit of the instance's model: piecewise linear in blocks
+(model ``lru``, converted to GiB with the instance's ``block_bytes``; one block size per
+instance, checked) or a staircase in bytes (model ``hybrid``).
 
 This module computes (:func:`build_curves`), renders the text table (:func:`format_table`),
 the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
@@ -26,6 +27,7 @@ from typing import IO, NamedTuple
 import numpy as np
 
 from litehit_core import (
+    FACT_MODELS,
     CurvePoint,
     FactRow,
     HitCurveAccumulator,
@@ -42,7 +44,15 @@ MARK_PERCENTS = (90, 95, 99)
 """Marked points: the smallest capacity reaching this percentage of the theoretical hits."""
 TABLE_ROWS = 30
 """Log-spaced capacity rows of the text table (fewer when the curve saturates early)."""
-CSV_HEADER = ("instance_id", "capacity_blocks", "capacity_gb", "hit_tokens", "hit_rate")
+CSV_HEADER = (
+    "instance_id",
+    "capacity_blocks",
+    "capacity_bytes",
+    "capacity_gb",
+    "hit_tokens",
+    "hit_rate",
+)
+"""The breakpoint CSV: ``capacity_blocks`` is 0 for curves in bytes (hybrid instances)."""
 PLOT_SAMPLES = 1500
 """Log-spaced samples per line added to the exact breakpoints (a straight piece in blocks
 is curved on a log axis, so breakpoints alone would draw it wrong)."""
@@ -55,13 +65,15 @@ class CurveError(InvalidRequestError):
 class Mark(NamedTuple):
     """The smallest capacity whose hits reach ``percent``% of the infinite-capacity hits.
 
-    ``target_hit_tokens = ceil(percent * infinite / 100)``; ``hit_tokens`` is the exact
-    value at ``capacity_blocks`` (>= target, and the capacity one block smaller is below it).
+    ``target_hit_tokens = ceil(percent * infinite / 100)``; ``capacity`` is in the curve's
+    unit (blocks, or bytes for hybrid instances) and ``hit_tokens`` the exact value there
+    (>= target, and one unit less is below it).
     """
 
     percent: int
     target_hit_tokens: int
-    capacity_blocks: int
+    capacity: int
+    capacity_bytes: int
     capacity_gb: float
     hit_tokens: int
     hit_rate: float
@@ -72,47 +84,74 @@ class InstanceCurve:
     """The exact cumulative token hit curve of one instance.
 
     ``accumulator`` holds every row's hit curve weighted by ``block_size_tokens`` (its hits
-    are hit tokens); ``input_tokens`` is the denominator. Queries are O(log B) for B
-    breakpoints once :meth:`breakpoints` has run (O(B log B), cached).
+    are hit tokens); ``input_tokens`` is the denominator. Capacities are in the curve's
+    :attr:`unit`: blocks of ``block_bytes`` (model ``lru``) or bytes (model ``hybrid``).
+    Queries are O(log B) for B breakpoints once :meth:`breakpoints` has run (O(B log B),
+    cached).
     """
 
     instance_id: str
     block_size_tokens: int
     block_bytes: int
     first_trace_id: str
+    model: str = "lru"
     requests: int = 0
     input_tokens: int = 0
     accumulator: HitCurveAccumulator = field(default_factory=HitCurveAccumulator)
 
-    def capacity_gb(self, capacity_blocks: int) -> float:
-        """GiB of ``capacity_blocks`` blocks of ``block_bytes``. O(1)."""
-        return capacity_blocks * self.block_bytes / GIB
+    @property
+    def unit(self) -> str:
+        """``"blocks"`` or ``"bytes"``: what a capacity of this curve counts."""
+        return FACT_MODELS[self.model].unit
+
+    @property
+    def unit_bytes(self) -> int:
+        """Bytes of one capacity unit: ``block_bytes`` for blocks, 1 for bytes."""
+        return self.block_bytes if self.unit == "blocks" else 1
+
+    def add(self, row: FactRow) -> None:
+        """Add one ledger row (its curve, its tokens). O(segments)."""
+        if FACT_MODELS[self.model].curve == "steps":
+            self.accumulator.add_steps(row.hit_curve, self.block_size_tokens)
+        else:
+            self.accumulator.add_curve(row.hit_curve, self.block_size_tokens)
+        self.requests += 1
+        self.input_tokens += row.input_token_len
+
+    def capacity_bytes(self, capacity: int) -> int:
+        """Bytes of a capacity in the curve's unit. O(1)."""
+        return capacity * self.unit_bytes
+
+    def capacity_gb(self, capacity: int) -> float:
+        """GiB of a capacity in the curve's unit. O(1)."""
+        return capacity * self.unit_bytes / GIB
 
     def rate(self, hit_tokens: int) -> float:
         """``hit_tokens / input_tokens`` (0.0 without tokens), as the facts query does. O(1)."""
         return hit_tokens / self.input_tokens if self.input_tokens else 0.0
 
     def breakpoints(self) -> list[CurvePoint]:
-        """Exact ``(capacity_blocks, hit_tokens)`` points; linear in between, flat after."""
+        """Exact ``(capacity, hit_tokens)`` points; linear in between, flat after."""
         return self.accumulator.breakpoints()
 
-    def hit_tokens_at(self, capacity_blocks: int) -> int:
-        """Hit tokens in an LRU of ``capacity_blocks`` (negative = infinite). O(log B)."""
-        return self.accumulator.hits_at(capacity_blocks)
+    def hit_tokens_at(self, capacity: int) -> int:
+        """Hit tokens at a capacity in the curve's unit (negative = infinite). O(log B)."""
+        return self.accumulator.hits_at(capacity)
 
-    def hit_rate_at(self, capacity_blocks: int) -> float:
-        """Token hit rate at ``capacity_blocks`` (negative = infinite). O(log B)."""
-        return self.rate(self.accumulator.hits_at(capacity_blocks))
+    def hit_rate_at(self, capacity: int) -> float:
+        """Token hit rate at a capacity in the curve's unit (negative = infinite). O(log B)."""
+        return self.rate(self.accumulator.hits_at(capacity))
 
-    def blocks_for_gb(self, capacity_gb: float) -> int:
-        """Whole blocks in ``capacity_gb`` GiB, the facts query's conversion; -1 if negative."""
+    def units_for_gb(self, capacity_gb: float) -> int:
+        """``capacity_gb`` GiB in the curve's unit, the facts query's conversion (whole
+        blocks, or bytes); -1 if negative."""
         if capacity_gb < 0:
             return -1
-        return bytes_to_blocks(capacity_gb_to_bytes(capacity_gb), self.block_bytes)
+        return bytes_to_blocks(capacity_gb_to_bytes(capacity_gb), self.unit_bytes)
 
     def hit_rate_at_gb(self, capacity_gb: float) -> float:
         """Token hit rate at ``capacity_gb`` GiB (negative = infinite). O(log B)."""
-        return self.hit_rate_at(self.blocks_for_gb(capacity_gb))
+        return self.hit_rate_at(self.units_for_gb(capacity_gb))
 
     @property
     def infinite_hit_tokens(self) -> int:
@@ -125,9 +164,14 @@ class InstanceCurve:
         return self.rate(self.infinite_hit_tokens)
 
     @property
-    def saturation_blocks(self) -> int:
-        """The smallest capacity (blocks) reaching the theoretical maximum. O(log B)."""
+    def saturation(self) -> int:
+        """The smallest capacity (curve's unit) reaching the theoretical maximum. O(log B)."""
         return self.accumulator.smallest_capacity_for(self.infinite_hit_tokens)
+
+    @property
+    def first_hit(self) -> int:
+        """The smallest capacity (curve's unit) with any hit (0 without hits). O(log B)."""
+        return self.accumulator.smallest_capacity_for(1) if self.infinite_hit_tokens else 0
 
     def mark(self, percent: int) -> Mark:
         """The smallest capacity reaching ``percent``% (0..100) of the theoretical hits.
@@ -137,9 +181,17 @@ class InstanceCurve:
         if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
             raise CurveError(f"percent must be an integer in [0, 100], got {percent!r}")
         target = -(-percent * self.infinite_hit_tokens // 100)
-        blocks = self.accumulator.smallest_capacity_for(target)
-        hits = self.accumulator.hits_at(blocks)
-        return Mark(percent, target, blocks, self.capacity_gb(blocks), hits, self.rate(hits))
+        capacity = self.accumulator.smallest_capacity_for(target)
+        hits = self.accumulator.hits_at(capacity)
+        return Mark(
+            percent,
+            target,
+            capacity,
+            self.capacity_bytes(capacity),
+            self.capacity_gb(capacity),
+            hits,
+            self.rate(hits),
+        )
 
     def marks(self, percents: Sequence[int] = MARK_PERCENTS) -> list[Mark]:
         """:meth:`mark` for each of ``percents``. O(len x log B)."""
@@ -150,9 +202,9 @@ def build_curves(rows: Iterable[FactRow], instance_id: str | None = None) -> lis
     """One exact curve per instance of ``rows`` (or only ``instance_id``), sorted by id.
 
     Every row is still read (and so validated by the reader). Raises :class:`CurveError`
-    when an instance's rows disagree on ``block_size_tokens`` or ``block_bytes`` (naming
-    both values and a trace_id of each), when there are no rows, or when ``instance_id``
-    does not occur (listing the instances present). O(total segments) plus
+    when an instance's rows disagree on ``block_size_tokens``, ``block_bytes`` or ``model``
+    (naming both values and a trace_id of each), when there are no rows, or when
+    ``instance_id`` does not occur (listing the instances present). O(total segments) plus
     O(B log B) per instance for the breakpoints.
     """
     curves: dict[str, InstanceCurve] = {}
@@ -165,13 +217,15 @@ def build_curves(rows: Iterable[FactRow], instance_id: str | None = None) -> lis
         cur = curves.get(iid)
         if cur is None:
             cur = curves[iid] = InstanceCurve(
-                iid, row.block_size_tokens, row.block_bytes, row.trace_id
+                iid, row.block_size_tokens, row.block_bytes, row.trace_id, row.model
             )
-        elif row.block_bytes != cur.block_bytes or row.block_size_tokens != cur.block_size_tokens:
+        elif (
+            row.block_bytes != cur.block_bytes
+            or row.block_size_tokens != cur.block_size_tokens
+            or row.model != cur.model
+        ):
             raise CurveError(_mixed_message(cur, row))
-        cur.accumulator.add_curve(row.hit_curve, cur.block_size_tokens)
-        cur.requests += 1
-        cur.input_tokens += row.input_token_len
+        cur.add(row)
     if not curves:
         if instance_id is not None and seen:
             raise CurveError(
@@ -188,12 +242,14 @@ def build_curves(rows: Iterable[FactRow], instance_id: str | None = None) -> lis
 def _mixed_message(cur: InstanceCurve, row: FactRow) -> str:
     if row.block_bytes != cur.block_bytes:
         name, old, new = "block_bytes", cur.block_bytes, row.block_bytes
+    elif row.model != cur.model:
+        name, old, new = "model", cur.model, row.model
     else:
         name, old, new = "block_size_tokens", cur.block_size_tokens, row.block_size_tokens
     return (
         f"instance {cur.instance_id!r} has rows with different {name}: {old} "
         f"(trace_id {cur.first_trace_id!r}) and {new} (trace_id {row.trace_id!r}); "
-        "a curve needs one block size per instance"
+        "a curve needs one block size and one model per instance"
     )
 
 
@@ -201,47 +257,51 @@ def _mixed_message(cur: InstanceCurve, row: FactRow) -> str:
 
 
 def table_capacities(curve: InstanceCurve, rows: int = TABLE_ROWS) -> list[int]:
-    """About ``rows`` log-spaced capacities (blocks) from 1 to saturation. O(rows)."""
-    top = curve.saturation_blocks
+    """About ``rows`` log-spaced capacities (curve's unit) up to saturation: from 1 block,
+    or from the first capacity with a hit for curves in bytes. O(rows)."""
+    top = curve.saturation
     if top <= 0:
         return []
     if rows < 2:
         return [top]
-    ratio = top ** (1 / (rows - 1))
-    return sorted({max(1, min(top, round(ratio**k))) for k in range(rows)} | {1, top})
+    low = 1 if curve.unit == "blocks" else max(1, curve.first_hit)
+    ratio = (top / low) ** (1 / (rows - 1))
+    return sorted({max(low, min(top, round(low * ratio**k))) for k in range(rows)} | {low, top})
 
 
 def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str:
     """The stdout table: per instance a header, ~``rows`` log-spaced capacities and the
-    marked points (merged in capacity order). O(instances x (rows + marks) x log B)."""
+    marked points (merged in capacity order). Capacities show in GiB and in the curve's
+    unit (blocks, or bytes for hybrid instances). O(instances x (rows + marks) x log B)."""
     out: list[str] = []
     for cur in curves:
         inf = cur.infinite_hit_tokens
+        unit = cur.unit
         out.append(
             f"instance {cur.instance_id}: {cur.requests} requests, {cur.input_tokens} input "
             f"tokens, blocks of {cur.block_size_tokens} tokens = {cur.block_bytes} bytes"
+            + ("" if unit == "blocks" else f" (model {cur.model}: capacities in bytes)")
         )
-        sat = cur.saturation_blocks
+        sat = cur.saturation
         out.append(
             f"theoretical max (infinite capacity): hit rate {cur.infinite_hit_rate:.6f} "
-            f"({inf} hit tokens), first reached at {sat} blocks = {cur.capacity_gb(sat):.6g} GiB"
+            f"({inf} hit tokens), first reached at {sat} {unit} = {cur.capacity_gb(sat):.6g} GiB"
         )
         labels: dict[int, list[str]] = {c: [] for c in table_capacities(cur, rows)}
         for m in cur.marks():
-            labels.setdefault(m.capacity_blocks, []).append(f"{m.percent}%")
+            labels.setdefault(m.capacity, []).append(f"{m.percent}%")
         labels.setdefault(sat, [])
-        out.append(
-            f"{'capacity_gib':>14} {'capacity_blocks':>15} {'hit_rate':>9} {'of_max':>7}  mark"
-        )
-        for blocks in sorted(labels):
-            hits = cur.hit_tokens_at(blocks)
+        column = f"capacity_{unit}"
+        out.append(f"{'capacity_gib':>14} {column:>15} {'hit_rate':>9} {'of_max':>7}  mark")
+        for capacity in sorted(labels):
+            hits = cur.hit_tokens_at(capacity)
             of_max = f"{100 * hits / inf:.1f}%" if inf else "-"
-            tags = labels[blocks]
+            tags = labels[capacity]
             mark = ", ".join(tags) + " of max" if tags else ""
-            if blocks == sat and inf:
+            if capacity == sat and inf:
                 mark = f"{mark}; max" if mark else "max"
             out.append(
-                f"{cur.capacity_gb(blocks):>14.6g} {blocks:>15} {cur.rate(hits):>9.6f} "
+                f"{cur.capacity_gb(capacity):>14.6g} {capacity:>15} {cur.rate(hits):>9.6f} "
                 f"{of_max:>7}  {mark}".rstrip()
             )
         out.append("")
@@ -258,11 +318,11 @@ def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
     writer.writerow(CSV_HEADER)
     n = 0
     for cur in curves:
-        iid, bb, tokens = cur.instance_id, cur.block_bytes, cur.input_tokens
-        writer.writerows(
-            (iid, c, repr(c * bb / GIB), h, repr(h / tokens if tokens else 0.0))
-            for c, h in cur.breakpoints()
-        )
+        iid, ub, tokens = cur.instance_id, cur.unit_bytes, cur.input_tokens
+        blocks = cur.unit == "blocks"
+        for c, h in cur.breakpoints():
+            rate = h / tokens if tokens else 0.0
+            writer.writerow((iid, c if blocks else 0, c * ub, repr(c * ub / GIB), h, repr(rate)))
         n += len(cur.breakpoints())
     return n
 
@@ -277,24 +337,29 @@ def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLi
 
 
 def sample_curve(
-    curve: InstanceCurve, x_end_blocks: float, linear: bool = False, samples: int = PLOT_SAMPLES
+    curve: InstanceCurve,
+    x_end: float,
+    linear: bool = False,
+    samples: int = PLOT_SAMPLES,
+    x_start: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Points ``(capacity_blocks, hit_rate)`` (float numpy arrays) that draw ``curve`` right.
+    """Points ``(capacity, hit_rate)`` (float numpy arrays, capacities in the curve's unit)
+    that draw ``curve`` right.
 
-    Linear axis: the exact breakpoints up to ``x_end_blocks`` plus 0 and the end (the curve
-    is straight between them). Log axis (from 1 block): the breakpoints plus ``samples``
+    Linear axis: the exact breakpoints up to ``x_end`` plus 0 and the end (the curve is
+    straight between them). Log axis (from ``x_start``): the breakpoints plus ``samples``
     log-spaced capacities, each evaluated exactly on the piecewise-linear curve, so no gap
-    between consecutive points exceeds a ratio of ``x_end ** (1 / (samples - 1))``.
-    O(B + samples).
+    between consecutive points exceeds a ratio of ``(x_end / x_start) ** (1 / (samples -
+    1))``. O(B + samples).
     """
     points = curve.breakpoints()
     caps = np.fromiter((c for c, _ in points), dtype=np.float64, count=len(points))
     hits = np.fromiter((h for _, h in points), dtype=np.float64, count=len(points))
     if linear:
-        xs = np.union1d(caps[caps <= x_end_blocks], [0.0, x_end_blocks])
+        xs = np.union1d(caps[caps <= x_end], [0.0, x_end])
     else:
-        grid = np.geomspace(1.0, max(x_end_blocks, 1.0), samples)
-        xs = np.union1d(caps[(caps >= 1) & (caps <= x_end_blocks)], grid)
+        grid = np.geomspace(x_start, max(x_end, x_start), samples)
+        xs = np.union1d(caps[(caps >= x_start) & (caps <= x_end)], grid)
     return xs, np.interp(xs, caps, hits) / (curve.input_tokens or 1)
 
 
@@ -316,19 +381,23 @@ def plot_curves(
 
     fig = Figure(figsize=(10, 6), dpi=120, layout="constrained")
     ax = fig.add_subplot()
-    x_max_gb = max(cur.capacity_gb(max(cur.saturation_blocks, 1)) for cur in curves)
+    x_max_gb = max(cur.capacity_gb(max(cur.saturation, 1)) for cur in curves)
     if linear:
         x_max_gb *= 1.1
     elif len(curves) == 1:  # room for the flat tail and the labels right of the 99% point
         x_max_gb = max(2.0 * x_max_gb, 8.0 * curves[0].mark(MARK_PERCENTS[-1]).capacity_gb)
     else:
         x_max_gb *= 2.0
-    x_min_gb = min(cur.capacity_gb(1) for cur in curves)
+    # from the first capacity with a hit (a block for block curves at the least), so the
+    # log axis starts where the curves do
+    x_min_gb = min(cur.capacity_gb(max(cur.first_hit, 1)) for cur in curves)
     y_top = max(cur.infinite_hit_rate for cur in curves)
     single = len(curves) == 1
     for idx, cur in enumerate(curves):
-        xs, ys = sample_curve(cur, x_max_gb * GIB / cur.block_bytes, linear)
-        xs_gb = xs * (cur.block_bytes / GIB)
+        xs, ys = sample_curve(
+            cur, x_max_gb * GIB / cur.unit_bytes, linear, x_start=x_min_gb * GIB / cur.unit_bytes
+        )
+        xs_gb = xs * (cur.unit_bytes / GIB)
         color = f"C{idx % 10}"
         inf_rate = cur.infinite_hit_rate
         marks = cur.marks()
@@ -341,7 +410,7 @@ def plot_curves(
         ax.plot(xs_gb, ys, color=color, linewidth=1.6, label=label)
         ax.axhline(inf_rate, color=color, linestyle="--", linewidth=1.0, alpha=0.8)
         for k, m in enumerate(marks):
-            if not linear and m.capacity_blocks < 1:
+            if not linear and m.capacity < 1:
                 continue  # capacity 0 has no place on a log axis
             ax.vlines(m.capacity_gb, 0, m.hit_rate, colors=color, linestyles=":", alpha=0.6)
             ax.plot([m.capacity_gb], [m.hit_rate], marker="o", color=color, markersize=5)

@@ -346,16 +346,23 @@ def run_replay(
             manager.create_group(group)
         except OptimizerError as exc:
             raise config.error(f"instance_groups[{i}]", str(exc)) from None
-    lanes: dict[str, _Lane] = {}
+    results = []
     for i, reg in enumerate(config.instances):
         try:
-            result = manager.register_instance(reg)
+            results.append(manager.register_instance(reg))
         except OptimizerError as exc:
             raise config.error(f"instances[{i}]", str(exc)) from None
-        lanes[reg.instance_id] = (
+    models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
+    with_model = any(model != "lru" for model in models.values())  # the ledger's header
+    lanes: dict[str, _Lane] = {}
+    for reg, result in zip(config.instances, results):
+        line = FactLineFormat(
             reg.instance_id,
-            FactLineFormat(reg.instance_id, reg.block_size, result.size_full_only).line,
-        )
+            reg.block_size,
+            result.size_full_only,
+            models[reg.instance_id] if with_model else None,
+        ).line
+        lanes[reg.instance_id] = (reg.instance_id, line)
 
     path = config.trace_file_path
     fmt = config.trace_format
@@ -381,7 +388,7 @@ def run_replay(
     facts_path = Path(config.output_result_path) / FACTS_FILENAME
     bar = _progress_bar(path, fmt, progress)
     try:
-        with FactsWriter(facts_path) as writer:
+        with FactsWriter(facts_path, with_model=with_model) as writer:
             requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
             if not requests:
                 raise LocatedError(
