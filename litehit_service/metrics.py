@@ -153,7 +153,8 @@ def _families() -> list[Metric]:
         ),
         GaugeMetricFamily(
             "litehit_capacity_blocks",
-            "Capacity of the slot in whole blocks (blocks).",
+            "Capacity of the slot in whole blocks (blocks; hybrid instances: "
+            "floor(C*s/(s*F+L)), display only).",
             labels=_CAP_LABELS,
         ),
         GaugeMetricFamily(
@@ -168,7 +169,8 @@ def _families() -> list[Metric]:
         ),
         GaugeMetricFamily(
             "litehit_kv_cache_usage_bytes",
-            "KV cache bytes the tracked blocks would occupy (bytes = unique blocks x block bytes).",
+            "KV cache bytes the tracked objects would occupy (bytes = tracked blocks x block "
+            "bytes, plus saved states x state bytes for hybrid instances).",
             labels=_LABELS,
         ),
         CounterMetricFamily(

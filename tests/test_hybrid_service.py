@@ -7,10 +7,13 @@ import time
 
 import pytest
 from oracle import NaiveHybridLRU, tree_trace
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from litehit_service import messages as pb2
 from litehit_service.client import OptimizerClient
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager
+from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
@@ -75,6 +78,42 @@ def test_worked_example_of_the_issue_through_the_manager():
     d = summary.debug_info
     assert (d.linear_step, d.unique_keys) == (8, 7)
     assert d.kv_cache_usage_bytes == oracles[2].used  # every tracked object's bytes
+
+
+def test_metrics_of_a_hybrid_instance():
+    m = OnlineOptimizerManager()
+    m.create_group(InstanceGroup("g", (4096 / GIB, 8192 / GIB), enable_theoretical_max_cache=True))
+    m.register_instance(hybrid_reg())
+    for keys in WORKED:
+        m.trace_query("h", keys, 4 * len(keys))
+    text = ServiceMetrics(m, CollectorRegistry()).render().decode()
+    got = {
+        (s.name, s.labels.get("capacity_gb")): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.labels.get("instance_id") == "h"
+    }
+    c1, c2 = "3.814697265625e-06", "7.62939453125e-06"
+    assert got == {
+        ("litehit_trace_queries_total", None): 6,
+        ("litehit_input_tokens_total", None): 80,
+        ("litehit_queried_blocks_total", None): 20,
+        ("litehit_hit_tokens_total", c1): 24,
+        ("litehit_hit_tokens_total", c2): 36,
+        ("litehit_hit_blocks_total", c1): 6,
+        ("litehit_hit_blocks_total", c2): 9,
+        ("litehit_theoretical_hit_tokens_total", None): 48,
+        ("litehit_capacity_blocks", c1): 2,
+        ("litehit_capacity_blocks", c2): 4,
+        ("litehit_unique_blocks", None): 7,
+        ("litehit_memory_bytes", None): got[("litehit_memory_bytes", None)],
+        # 7 blocks of 1024 bytes and 5 saved states of 2048 bytes
+        ("litehit_kv_cache_usage_bytes", None): 7 * 1024 + 5 * 2048,
+        ("litehit_ttl_expired_blocks_total", None): 0,
+        ("litehit_dropped_blocks_total", None): 0,
+        ("litehit_max_tracked_blocks", None): 0,
+    }
+    assert got[("litehit_memory_bytes", None)] > 0
 
 
 def test_hybrid_limit_is_in_bytes_of_blocks_with_their_states():

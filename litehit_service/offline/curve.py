@@ -257,14 +257,21 @@ def _mixed_message(cur: InstanceCurve, row: FactRow) -> str:
 
 
 def table_capacities(curve: InstanceCurve, rows: int = TABLE_ROWS) -> list[int]:
-    """About ``rows`` log-spaced capacities (curve's unit) up to saturation: from 1 block,
-    or from the first capacity with a hit for curves in bytes. O(rows)."""
+    """About ``rows`` capacities (curve's unit) up to saturation. Blocks: log-spaced from 1
+    block. Bytes (a staircase): every corner, where the hit rate rises, if there are at
+    most ``rows``; else log-spaced from the first capacity with a hit. O(rows + B)."""
     top = curve.saturation
     if top <= 0:
         return []
     if rows < 2:
         return [top]
-    low = 1 if curve.unit == "blocks" else max(1, curve.first_hit)
+    low = 1
+    if curve.unit != "blocks":
+        points = curve.breakpoints()
+        corners = [c for (c, h), (_, g) in zip(points[1:], points) if h > g]
+        if len(corners) <= rows:
+            return corners
+        low = corners[0]
     ratio = (top / low) ** (1 / (rows - 1))
     return sorted({max(low, min(top, round(low * ratio**k))) for k in range(rows)} | {low, top})
 
