@@ -22,15 +22,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    MPLBACKEND=Agg
+    MPLBACKEND=Agg \
+    NUMBA_CACHE_DIR=/home/litehit/.cache/numba
 RUN groupadd --system --gid 10001 litehit \
  && useradd --system --uid 10001 --gid litehit --create-home --home-dir /home/litehit \
         --shell /usr/sbin/nologin litehit \
  && mkdir -p /data \
  && chown litehit:litehit /data
 COPY --from=builder /wheels/ /tmp/wheels/
+# Compile the hybrid engine's numba kernels once, into the runtime user's cache, so a
+# container neither compiles at start (2-3 s) nor needs a writable site-packages.
 RUN pip install /tmp/wheels/*.whl \
- && rm -rf /tmp/wheels
+ && rm -rf /tmp/wheels \
+ && python -c "from litehit_core.hybrid import warm_up; warm_up()" \
+ && chown -R litehit:litehit /home/litehit/.cache
 
 USER litehit
 WORKDIR /home/litehit

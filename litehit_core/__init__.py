@@ -1,6 +1,7 @@
 """litehit_core: exact, capacity-independent prefix hit rates for an LRU of every capacity.
 
-Pure Python; no gRPC, Prometheus or I/O framework imports. Units are blocks and tokens;
+Python, numpy and numba (the hybrid engine's kernels); no gRPC, Prometheus or I/O
+framework imports. Units are blocks and tokens;
 bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
 """
 
@@ -19,6 +20,7 @@ from litehit_core.facts import (
     format_hit_curve,
     read_facts,
 )
+from litehit_core.hybrid import HybridLRU
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import (
@@ -44,6 +46,9 @@ from litehit_core.projector import (
     project_curve_slots,
     project_infinite,
     project_matrix,
+    project_steps,
+    project_steps_matrix,
+    project_steps_slots,
 )
 from litehit_core.query import FactsQuery, QueryChunk, query_facts
 from litehit_core.state import STATE_FORMAT_VERSION, EngineState
@@ -81,6 +86,7 @@ __all__ = [
     "InvalidRequestError",
     "LocatedError",
     "LiteHit",
+    "HybridLRU",
     "NormalizedRequest",
     "QueryChunk",
     "RequestFact",
@@ -96,4 +102,7 @@ __all__ = [
     "project_curve_infinite",
     "project_curve_slots",
     "project_infinite",
+    "project_steps",
+    "project_steps_matrix",
+    "project_steps_slots",
 ]

@@ -161,29 +161,14 @@ class LiteHit:
             present, keys = self._live_by_position()
         else:
             present, keys = self._live_from_dict()
+        times = None
         if self._ttl and len(keys):
             ordered = np.flatnonzero(present)
             ordered += pexp
             epoch = np.searchsorted(np.array(self._ep_pos, np.int64), ordered, "right") - 1
             times = np.array(self._ep_time, np.int64)[epoch]
-            starts = np.flatnonzero(times[1:] != times[:-1])
-            starts += 1
-            starts = np.concatenate((np.zeros(1, np.int64), starts.astype(np.int64)))
-            epoch_times = times[starts]
-        else:
-            starts = np.zeros(0, np.int64)
-            epoch_times = np.zeros(0, np.int64)
-        for values in (keys, starts, epoch_times):
-            values.flags.writeable = False
-        return EngineState(
-            model=_MODEL,
-            format_version=STATE_FORMAT_VERSION,
-            keys=keys,
-            epoch_starts=starts,
-            epoch_times=epoch_times,
-            now_ns=self._now,
-            expired_blocks=self.expired_blocks,
-            dropped_blocks=self.dropped_blocks,
+        return EngineState.exported(
+            _MODEL, keys, times, self._now, self.expired_blocks, self.dropped_blocks
         )
 
     def _live_by_position(self) -> tuple[np.ndarray, np.ndarray]:
@@ -279,8 +264,12 @@ class LiteHit:
         self._cap = nb << _SHIFT
 
     def resident_blocks(self, capacities: Sequence[int]) -> tuple[int, ...]:
-        """Blocks resident now in an LRU of each capacity (blocks): ``min(unique, C)``."""
+        """Blocks resident now in an LRU of each capacity (blocks): ``min(unique, C)``.
+        O(1) when every capacity holds them all (``capacities`` ascending, as a group's
+        slots are), else O(slots)."""
         unique = self.current_unique_blocks()
+        if capacities and unique >= capacities[-1]:
+            return tuple(capacities)  # every slot is full
         return tuple([c if c < unique else unique for c in capacities])
 
     def tracked_bytes(self, block_bytes: int) -> int:

@@ -47,3 +47,40 @@ class EngineState:
     dropped_blocks: int
     kinds: np.ndarray | None = None
     """Hybrid engines: per key, 1 = a Full block, 2 = a Linear state (None otherwise)."""
+
+    @classmethod
+    def exported(
+        cls,
+        model: str,
+        keys: np.ndarray,
+        times: np.ndarray | None,
+        now_ns: int,
+        expired_blocks: int,
+        dropped_blocks: int,
+        kinds: np.ndarray | None = None,
+    ) -> EngineState:
+        """The state an engine exports: ``keys`` (int64, least recent first) with their
+        last-access ``times`` (int64 ns per key, non-decreasing; None without TTL) folded
+        into epochs, every array made read-only. O(keys) numpy work."""
+        if times is not None and len(keys):
+            starts = np.flatnonzero(times[1:] != times[:-1])
+            starts += 1
+            starts = np.concatenate((np.zeros(1, np.int64), starts.astype(np.int64)))
+            epoch_times = times[starts]
+        else:
+            starts = np.zeros(0, np.int64)
+            epoch_times = np.zeros(0, np.int64)
+        for values in (keys, starts, epoch_times, kinds):
+            if values is not None:
+                values.flags.writeable = False
+        return cls(
+            model=model,
+            format_version=STATE_FORMAT_VERSION,
+            keys=keys,
+            epoch_starts=starts,
+            epoch_times=epoch_times,
+            now_ns=now_ns,
+            expired_blocks=expired_blocks,
+            dropped_blocks=dropped_blocks,
+            kinds=kinds,
+        )

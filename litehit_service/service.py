@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from litehit_core.hybrid import warm_up
 from litehit_service.addresses import format_address, parse_address
 from litehit_service.entries import load_groups_file
 from litehit_service.errors import InstanceNotExist
@@ -285,6 +286,7 @@ def serve(
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(data_dir)
     tune_allocator()
+    log.info("hybrid engine kernels ready in %.2f s", warm_up())
     registry_path = data_dir / REGISTRY_FILE
     created_registry = not registry_path.exists()
     registry: Registry | None = None

@@ -86,3 +86,44 @@ def test_documented_cli_commands_exist():
     used = {shlex.split(line)[1] for line in re.findall(r"^litehit \w+.*$", README, re.M)}
     assert used <= commands, used - commands
     assert {"serve", "replay", "query", "curve", "convert", "instances", "health"} <= commands
+
+
+def test_hybrid_section_example_and_worked_table_hold():
+    """The hybrid registration example registers; the worked table is what the manager
+    replays (facts, hits at 4096 and 8192 bytes and unlimited)."""
+    import json
+
+    from litehit_core import format_hit_curve
+    from litehit_service.model import InstanceGroup
+    from litehit_service.offline.config import registration_from_dict
+
+    section = README[README.index("## Hybrid linear-attention") :]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    manager = OnlineOptimizerManager()
+    gib = 1024**3
+    manager.create_group(
+        InstanceGroup("g", (4096 / gib, 8192 / gib), enable_theoretical_max_cache=True)
+    )
+    result = manager.register_instance(registration_from_dict(example))
+    assert (result.size_full_only, result.size_full_linear) == (1 << 20, 9 << 20)
+
+    table = re.search(r"\| # \| keys .*?\n\|[-|]+\|\n(.*?)\n\n", section, re.S).group(1)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    worked = example | {
+        "instance_id": "w",
+        "block_size": 4,
+        "location_spec_infos": [{"name": "kv", "size": 1024}, {"name": "ssm", "size": 2048}],
+        "linear_step": 8,
+    }
+    assert manager.register_instance(registration_from_dict(worked)).estimated_capacity_blocks == (
+        2,
+        4,
+    )
+    for _, keys, tokens, fact, at4k, at8k, inf in rows:
+        ids = [int(k) for k in keys.split(",")]
+        r = manager.trace_query("w", ids, int(tokens))
+        assert f"`{format_hit_curve(r.fact.hit_curve)}`" == fact
+        assert [*r.hit_blocks, r.theoretical.max_hit_count] == [int(at4k), int(at8k), int(inf)]
+    assert "24/80 tokens at 4096 bytes, 36/80 at 8192, 48/80 unlimited" in section
+    summary = {s.instance_id: s for s in manager.list_instances()}["w"]
+    assert [c.total_hits * 4 for c in summary.capacity_summaries] == [24, 36]
