@@ -730,6 +730,7 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
     ]
     assert inst["theoretical"] == {"total_max_hits": 8, "max_hit_rate": 32 / 54}
     assert (inst["total_queries"], inst["total_input_tokens"], inst["unique_blocks"]) == (5, 54, 5)
+    assert (inst["block_size"], inst["linear_step"]) == (4, 0)
 
     assert litehit_main(["instances", "--server", live.target, "--group", "nope"]) == 2
     assert capsys.readouterr().err == (

@@ -135,6 +135,7 @@ def to_json(response: pb2.OptimizerListInstancesResponse) -> dict[str, Any]:
                 if theo.total_max_hits < 0
                 else {"total_max_hits": theo.total_max_hits, "max_hit_rate": theo.max_hit_rate},
                 "block_size": debug.block_size,
+                "linear_step": debug.linear_step,
                 "unique_blocks": debug.unique_keys,
                 "memory_usage_bytes": debug.memory_usage_bytes,
                 "kv_cache_usage_bytes": debug.kv_cache_usage_bytes,
