@@ -6,6 +6,7 @@ bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
 """
 
 from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
+from litehit_core.curve import MARK_PERCENTS, InstanceCurve, Mark
 from litehit_core.engine import MODELS, EngineModel, EngineSpec, ReplayEngine, create_engine
 from litehit_core.errors import InvalidRequestError, LocatedError
 from litehit_core.facts import (
@@ -73,6 +74,9 @@ __all__ = [
     "FactsQuery",
     "FactsWriter",
     "HitCurveAccumulator",
+    "InstanceCurve",
+    "MARK_PERCENTS",
+    "Mark",
     "csv_field",
     "format_fact_row",
     "format_hit_curve",

@@ -1,142 +1,344 @@
-"""Exact cumulative hits at EVERY capacity, as a piecewise-linear curve.
+"""Exact cumulative hits at EVERY capacity, kept compactly and updated per request.
 
-A segment ``(s, r)`` contributes ``clip(C - s + 1, 0, r)`` hit blocks at capacity ``C``:
-slope +1 from ``C = s`` to ``C = s + r - 1``, flat afterwards. Summed over many facts, the
-cumulative hits ``H(C)`` are piecewise linear with integer slopes, so the whole curve is
-the sorted list of slope changes — no loop over capacities. A staircase corner (a jump of
-hits at one capacity, :class:`~litehit_core.model.HitCurveStep`) is a slope over one unit.
-Capacities are in the curve's unit (blocks; bytes for hybrid staircases); weights turn
-blocks into any unit (e.g. ``block_size_tokens`` for hit tokens).
+Two shapes of fact are summed, one per accumulator (its :attr:`~HitCurveAccumulator.kind`):
+
+- ``"ramps"`` (full-attention facts, :class:`~litehit_core.model.HitCurveSegment`): a
+  segment ``(s, r)`` contributes ``clip(C - s + 1, 0, r)`` hit blocks at capacity ``C``:
+  slope +1 from ``C = s`` to ``C = s + r - 1``, flat afterwards. The sum ``H(C)`` is
+  piecewise linear with integer slopes and is stored as its slope changes: ``+w`` at ``s``,
+  ``-w`` at ``s + r``.
+- ``"steps"`` (hybrid facts, :class:`~litehit_core.model.HitCurveStep` corners
+  ``(threshold, hits)``): a jump of hits at each threshold, stored as the jump at that
+  position.
+
+Either way the state is two sorted numpy arrays (positions and values, one entry per
+distinct position: 8 to 16 bytes per corner, narrowed to int32 where the values fit) plus
+an append buffer merged in O(B + b log b) once it holds B/8 entries (at least 1,024), so an
+``add`` is O(segments) amortised and the memory is at most 1/8 above the arrays. Merges
+build new arrays and never write into old ones, so :meth:`~HitCurveAccumulator.frozen`
+hands out an immutable view in O(1) after the merge.
+
+Positions are in the capacity unit of the facts (blocks for ramps, bytes or a coarser unit
+for steps). A steps accumulator with ``max_corners`` keeps at most that many positions by
+doubling its :attr:`~HitCurveAccumulator.scale` when needed: a threshold ``t`` then counts
+at ``ceil(t / scale) * scale``, so the curve stays exact at every multiple of ``scale`` and
+is never above the exact curve elsewhere. Ramps need no bound: their positions are depths,
+at most the tracked blocks + 1.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from array import array
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+
+__all__ = ["CurvePoint", "HitCurveAccumulator"]
+
+_MIN_BUFFER = 1024
+_INT32 = (1 << 31) - 1
+_EMPTY = np.zeros(0, np.int64)
+_EMPTY.flags.writeable = False
+KINDS = ("ramps", "steps")
 
 
 class CurvePoint(NamedTuple):
-    """``hits`` (weighted) at ``capacity_blocks``; H is linear between consecutive points."""
+    """``hits`` (weighted) at ``capacity_blocks`` (the curve's unit); H is linear between
+    consecutive points."""
 
     capacity_blocks: int
     hits: int
 
 
-class HitCurveAccumulator:
-    """Adds hit curves; answers cumulative hits at any capacity exactly.
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` as int32 when every value fits, else int64; read-only. O(n)."""
+    if len(values) and (int(values.max()) > _INT32 or int(values.min()) < -_INT32):
+        out = values.astype(np.int64, copy=False)
+    else:
+        out = values.astype(np.int32)
+    out.flags.writeable = False
+    return out
 
-    ``add`` is O(segments); :meth:`breakpoints` is O(B log B) for B distinct slope changes
-    (cached until the next ``add``); :meth:`hits_at` is O(log B) after that.
+
+class HitCurveAccumulator:
+    """Adds hit curves (ramps) or staircases (steps); answers cumulative hits at any
+    capacity exactly.
+
+    ``add_curve``/``add_steps`` are O(segments) amortised; :meth:`breakpoints` and the
+    queries build the curve's points once per change, O(B log B) for B positions
+    (vectorised), then :meth:`hits_at` is O(log B). ``max_corners`` (0 = unlimited) bounds
+    a steps accumulator's positions (see the module docstring).
     """
 
-    __slots__ = ("_delta", "_points", "requests", "input_tokens")
+    __slots__ = (
+        "_pos",
+        "_val",
+        "_bp",
+        "_bv",
+        "_limit",
+        "_cx",
+        "_ch",
+        "_frozen",
+        "kind",
+        "scale",
+        "max_corners",
+        "requests",
+        "input_tokens",
+    )
 
-    def __init__(self) -> None:
-        self._delta: dict[int, int] = {}
-        self._points: list[CurvePoint] | None = None
+    def __init__(self, max_corners: int = 0, scale: int = 1) -> None:
+        if isinstance(max_corners, bool) or not isinstance(max_corners, int) or max_corners < 0:
+            raise InvalidRequestError(f"max_corners must be an integer >= 0, got {max_corners!r}")
+        if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+            raise InvalidRequestError(f"scale must be an integer >= 1, got {scale!r}")
+        self.max_corners = max_corners
+        self.kind: str | None = None
+        """``"ramps"`` or ``"steps"`` once something was added (None before)."""
+        self.scale = scale
+        """Steps: positions count in units of this many capacity units (1 = exact)."""
         self.requests = 0
         self.input_tokens = 0
+        self._pos: np.ndarray = _EMPTY
+        self._val: np.ndarray = _EMPTY
+        self._bp = array("q")
+        self._bv = array("q")
+        self._limit = _MIN_BUFFER
+        self._cx: np.ndarray | None = None
+        self._ch: np.ndarray | None = None
+        self._frozen = False
+
+    # ------------------------------------------------------------------ adding
+
+    def _begin(self, kind: str) -> None:
+        if self._frozen:
+            raise InvalidRequestError("this accumulator is a frozen view; add to its source")
+        if self.kind is None:
+            if kind == "ramps" and self.scale != 1:
+                raise InvalidRequestError(f"ramps need scale 1, got {self.scale}")
+            self.kind = kind
+        elif self.kind != kind:
+            raise InvalidRequestError(f"cannot add {kind} to an accumulator of {self.kind}")
 
     def add_curve(self, hit_curve: Sequence[HitCurveSegment], weight: int = 1) -> None:
-        """Add one request's curve, each hit block counting ``weight``. O(segments)."""
-        delta = self._delta
-        get = delta.get
+        """Add one request's ramps, each hit block counting ``weight``. O(segments)
+        amortised."""
+        if self.kind != "ramps" or self._frozen:
+            self._begin("ramps")
+        if not hit_curve:
+            return
+        bp, bv = self._bp, self._bv
         for s, r in hit_curve:
-            delta[s] = get(s, 0) + weight
-            e = s + r
-            delta[e] = get(e, 0) - weight
-        self._points = None
+            bp.append(s)
+            bp.append(s + r)
+            bv.append(weight)
+            bv.append(-weight)
+        self._cx = None
+        if len(bp) >= self._limit:
+            self._merge()
 
     def add_steps(self, steps: Sequence[tuple[int, int]], weight: int = 1) -> None:
         """Add one request's staircase (corners ``(threshold, hit blocks)``, both strictly
-        increasing), each hit block counting ``weight``: a jump at each threshold.
-        O(corners)."""
-        delta = self._delta
-        get = delta.get
+        increasing, thresholds >= 1), each hit block counting ``weight``. O(corners)
+        amortised."""
+        if self.kind != "steps" or self._frozen:
+            self._begin("steps")
+        if not steps:
+            return
+        bp, bv = self._bp, self._bv
+        scale = self.scale
         previous = 0
         for threshold, hits in steps:
-            jump = (hits - previous) * weight
+            bp.append(threshold if scale == 1 else -(-threshold // scale))
+            bv.append((hits - previous) * weight)
             previous = hits
-            delta[threshold] = get(threshold, 0) + jump
-            delta[threshold + 1] = get(threshold + 1, 0) - jump
-        self._points = None
+        self._cx = None
+        if len(bp) >= self._limit:
+            self._merge()
 
     def add(self, fact: RequestFact, weight: int = 1, input_tokens: int = 0) -> None:
-        """Add a fact and its token denominator (``input_tokens``). O(segments)."""
+        """Add a full-attention fact and its token denominator (``input_tokens``).
+        O(segments)."""
         self.add_curve(fact.hit_curve, weight)
         self.requests += 1
         self.input_tokens += input_tokens
 
     def add_many(self, curves: Iterable[Sequence[HitCurveSegment]], weight: int = 1) -> None:
-        """Add many curves with one weight. O(total segments)."""
+        """Add many ramps curves with one weight. O(total segments)."""
         for curve in curves:
             self.add_curve(curve, weight)
 
-    def breakpoints(self) -> list[CurvePoint]:
-        """The exact curve: ``(0, 0)`` then one point per slope change, last one flat forever.
+    def _merge(self) -> None:
+        """Fold the buffer into the sorted arrays (new arrays; old ones stay valid).
+        O(B + b log b) for B positions and b buffered entries."""
+        if not self._bp:
+            return
+        pos = np.concatenate((self._pos, np.frombuffer(self._bp, np.int64)))
+        val = np.concatenate((self._val, np.frombuffer(self._bv, np.int64)))
+        self._bp, self._bv = array("q"), array("q")
+        order = np.argsort(pos, kind="stable")  # sorted head + unsorted tail: ~linear
+        pos, val = pos[order], val[order]
+        starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
+        pos, val = pos[starts], np.add.reduceat(val, starts) if len(val) else val
+        keep = val != 0
+        pos, val = pos[keep], val[keep]
+        if self.kind == "steps" and self.max_corners:
+            while len(pos) > self.max_corners:  # coarsen: exact at multiples of the scale
+                pos = -(-pos // 2)
+                starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
+                pos, val = pos[starts], np.add.reduceat(val, starts)
+                self.scale *= 2
+        self._pos, self._val = _narrow(pos), _narrow(val)
+        self._limit = max(_MIN_BUFFER, len(pos) // 8)
 
-        ``H(C)`` for C between two points is linear interpolation (integer slopes).
-        O(B log B) for B distinct slope changes on first call (a sort of the change points;
-        measured at a few ms for 7k breakpoints), then O(1) until the next ``add``.
+    # ----------------------------------------------------------------- reading
+
+    def frozen(self) -> HitCurveAccumulator:
+        """An immutable view of the curve as it is now (merging the buffer first): reads
+        work on it without the source's lock while the source keeps adding. O(B + b log b)
+        for the merge, O(1) after it."""
+        self._merge()
+        view = HitCurveAccumulator(self.max_corners)
+        view.kind, view.scale = self.kind, self.scale
+        view.requests, view.input_tokens = self.requests, self.input_tokens
+        view._pos, view._val = self._pos, self._val
+        view._frozen = True
+        return view
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, values)``: read-only int arrays, positions strictly increasing in
+        units of :attr:`scale` (slope changes for ramps, jumps for steps). O(merge)."""
+        self._merge()
+        return self._pos, self._val
+
+    @classmethod
+    def from_arrays(
+        cls,
+        kind: str,
+        positions: np.ndarray,
+        values: np.ndarray,
+        scale: int = 1,
+        max_corners: int = 0,
+    ) -> HitCurveAccumulator:
+        """An accumulator continuing from :meth:`arrays` (validated: InvalidRequestError
+        naming the problem). O(B)."""
+        if kind not in KINDS:
+            raise InvalidRequestError(f"kind must be one of {KINDS}, got {kind!r}")
+        acc = cls(max_corners, scale)
+        pos = np.asarray(positions)
+        val = np.asarray(values)
+        if pos.ndim != 1 or pos.shape != val.shape:
+            raise InvalidRequestError(
+                f"positions and values must be 1-d of one length, got {pos.shape} and {val.shape}"
+            )
+        if pos.dtype.kind != "i" or val.dtype.kind != "i":
+            raise InvalidRequestError("positions and values must be integer arrays")
+        if len(pos) and (int(pos[0]) < 1 or bool((pos[1:] <= pos[:-1]).any())):
+            raise InvalidRequestError("positions must be >= 1 and strictly increasing")
+        acc.kind = kind
+        acc._pos, acc._val = _narrow(pos.astype(np.int64)), _narrow(val.astype(np.int64))
+        acc._limit = max(_MIN_BUFFER, len(pos) // 8)
+        return acc
+
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(capacities, hits): int64 arrays of the breakpoints, cached until an add."""
+        if self._cx is None:
+            self._merge()
+            pos = self._pos.astype(np.int64) * self.scale
+            val = self._val.astype(np.int64)
+            if self.kind == "steps":
+                after = np.cumsum(val)
+                before = after - val
+                cx = np.empty(2 * len(pos), np.int64)
+                ch = np.empty(2 * len(pos), np.int64)
+                cx[0::2], cx[1::2] = pos - 1, pos
+                ch[0::2], ch[1::2] = before, after
+            else:  # the slope changes between capacity x - 1 and x
+                cx = pos - 1
+                slope = np.cumsum(val)
+                ch = np.zeros(len(cx), np.int64)
+                if len(cx) > 1:
+                    np.cumsum(slope[:-1] * np.diff(cx), out=ch[1:])
+            cx = np.concatenate((np.zeros(1, np.int64), cx))
+            ch = np.concatenate((np.zeros(1, np.int64), ch))
+            keep = np.concatenate(([True], cx[1:] != cx[:-1]))  # one point per capacity
+            self._cx, self._ch = cx[keep], ch[keep]
+        return self._cx, self._ch  # type: ignore[return-value]
+
+    def points(self) -> tuple[np.ndarray, np.ndarray]:
+        """The exact curve as two int64 arrays ``(capacities, hits)``: ``(0, 0)`` first,
+        linear between consecutive points, flat after the last. O(B log B) once per change.
         """
-        if self._points is None:
-            points = [CurvePoint(0, 0)]
-            slope = 0
-            hits = 0
-            last = 0
-            for x in sorted(self._delta):
-                d = self._delta[x]
-                if not d:
-                    continue
-                c = x - 1  # the slope changes between capacity x - 1 and x
-                hits += slope * (c - last)
-                if c != last:
-                    points.append(CurvePoint(c, hits))
-                slope += d
-                last = c
-            self._points = points
-        return self._points
+        return self._points()
+
+    def breakpoints(self) -> list[CurvePoint]:
+        """:meth:`points` as a list of :class:`CurvePoint`. O(B) after :meth:`points`."""
+        cx, ch = self._points()
+        return [CurvePoint(c, h) for c, h in zip(cx.tolist(), ch.tolist())]
+
+    def corners(self) -> int:
+        """Breakpoints of the curve (its points after ``(0, 0)``). O(points)."""
+        return len(self._points()[0]) - 1
 
     def hits_at(self, capacity_blocks: int) -> int:
         """Cumulative hits at ``capacity_blocks`` (negative = infinite). O(log B)."""
-        points = self.breakpoints()
+        cx, ch = self._points()
         if capacity_blocks < 0:
-            return points[-1].hits
-        i = bisect_right(points, (capacity_blocks, float("inf"))) - 1
-        c0, h0 = points[i]
-        if i + 1 == len(points):
+            return int(ch[-1])
+        i = int(np.searchsorted(cx, capacity_blocks, "right")) - 1
+        c0, h0 = int(cx[i]), int(ch[i])
+        if i + 1 == len(cx):
             return h0
-        c1, h1 = points[i + 1]
+        c1, h1 = int(cx[i + 1]), int(ch[i + 1])
         return h0 + (h1 - h0) * (capacity_blocks - c0) // (c1 - c0)
+
+    def hits_at_many(self, capacities: np.ndarray) -> np.ndarray:
+        """:meth:`hits_at` of an int64 array of capacities (>= 0), vectorised. O(k log B)."""
+        cx, ch = self._points()
+        caps = np.asarray(capacities, np.int64)
+        i = np.searchsorted(cx, caps, "right") - 1
+        j = np.minimum(i + 1, len(cx) - 1)
+        span = np.maximum(cx[j] - cx[i], 1)
+        return ch[i] + (ch[j] - ch[i]) * (caps - cx[i]) // span
 
     def infinite_hits(self) -> int:
         """Cumulative hits with unlimited capacity (the theoretical maximum). O(1) cached."""
-        return self.breakpoints()[-1].hits
+        return int(self._points()[1][-1])
 
     def smallest_capacity_for(self, hits: int) -> int:
-        """The smallest capacity (blocks) whose cumulative hits reach ``hits``. O(log B).
+        """The smallest capacity whose cumulative hits reach ``hits``. O(log B).
 
         Raises :class:`InvalidRequestError` if even infinite capacity cannot reach it.
         """
-        points = self.breakpoints()
-        if hits > points[-1].hits:
-            raise InvalidRequestError(
-                f"hits {hits} exceeds the infinite-capacity total {points[-1].hits}"
-            )
+        cx, ch = self._points()
+        top = int(ch[-1])
+        if hits > top:
+            raise InvalidRequestError(f"hits {hits} exceeds the infinite-capacity total {top}")
         if hits <= 0:
             return 0
-        lo = 0
-        hi = len(points) - 1
-        while lo < hi:  # first point with hits >= target
-            mid = (lo + hi) // 2
-            if points[mid].hits >= hits:
-                hi = mid
-            else:
-                lo = mid + 1
-        c1, h1 = points[lo]
-        c0, h0 = points[lo - 1]
-        slope = (h1 - h0) // (c1 - c0)
-        return c0 + -(-(hits - h0) // slope)
+        i = int(np.searchsorted(ch, hits, "left"))  # hits never decrease along the points
+        c1, h1 = int(cx[i]), int(ch[i])
+        c0, h0 = int(cx[i - 1]), int(ch[i - 1])
+        # the smallest c in (c0, c1] with h0 + (h1 - h0) * (c - c0) // (c1 - c0) >= hits
+        return c0 + -(-(hits - h0) * (c1 - c0) // (h1 - h0))
+
+    def memory_bytes(self) -> int:
+        """Bytes of the arrays and the buffer (what the accumulator holds). O(1)."""
+        buffered = (len(self._bp) + len(self._bv)) * 8
+        return self._pos.nbytes + self._val.nbytes + buffered
+
+    def _check(self) -> None:
+        """Invariants (tests): sorted unique positions >= 1, no zero value, a curve that
+        never decreases and ends flat."""
+        pos, val = self.arrays()
+        assert pos.shape == val.shape
+        if len(pos):
+            assert int(pos[0]) >= 1 and bool((pos[1:] > pos[:-1]).all())
+            assert bool((val != 0).all())
+        cx, ch = self._points()
+        assert int(cx[0]) == 0 and int(ch[0]) == 0
+        assert bool((cx[1:] > cx[:-1]).all()) and bool((ch[1:] >= ch[:-1]).all())
+        if self.kind == "ramps" and len(val):
+            assert int(np.cumsum(val.astype(np.int64))[-1]) == 0  # flat at the end

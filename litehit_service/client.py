@@ -264,6 +264,32 @@ class OptimizerClient:
             check=check,
         )
 
+    def get_hit_rate_curve(
+        self,
+        instance_id: str,
+        capacity_gb: Sequence[float] = (),
+        target_fractions: Sequence[float] = (),
+        max_points: int = 0,
+        *,
+        trace_id: str = "",
+        check: bool = True,
+    ) -> pb2.GetHitRateCurveResponse:
+        """GetHitRateCurve: the exact live curve of one instance (every corner, or values at
+        ``capacity_gb``; ``max_points`` 0 = 512) and the capacity for each target fraction
+        of its theoretical hits. :func:`litehit_service.wire.hit_rate_curve_from_pb` turns
+        the response into a :class:`~litehit_service.model.HitRateCurveResult`."""
+        return self._call(
+            self._stub.GetHitRateCurve,
+            pb2.GetHitRateCurveRequest(
+                trace_id=trace_id,
+                instance_id=instance_id,
+                capacity_gb=list(capacity_gb),
+                target_fractions=list(target_fractions),
+                max_points=max_points,
+            ),
+            check=check,
+        )
+
     # ------------------------------------------------------------------ queries
 
     def trace_query(

@@ -26,13 +26,18 @@ from dataclasses import dataclass, field, replace
 from operator import add
 from typing import Any
 
+import numpy as np
+
 from litehit_core import (
+    FACT_MODELS,
     MAX_CAPACITY_GB,
     InvalidRequestError,
     RequestFact,
     capacity_gb_to_bytes,
     normalize_request,
 )
+from litehit_core.accumulator import HitCurveAccumulator
+from litehit_core.curve import GIB, InstanceCurve
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
 from litehit_core.hybrid import MAX_OBJECT_BYTES
 from litehit_core.projector import Projection
@@ -48,6 +53,8 @@ from litehit_service.errors import (
 )
 from litehit_service.model import (
     CapacitySummary,
+    HitRateCurveResult,
+    HitRatePoint,
     InstanceDebugInfo,
     InstanceGroup,
     InstanceRegistration,
@@ -55,6 +62,7 @@ from litehit_service.model import (
     LocationSpec,
     LocationSpecGroup,
     RegistrationResult,
+    TargetCapacity,
     TheoreticalResult,
     TraceQueryResult,
 )
@@ -69,6 +77,11 @@ MAX_TTL_SECONDS = INT64_MAX // _NS_PER_SECOND
 
 DEFAULT_MAX_INSTANCES = 1024
 DEFAULT_MAX_TRACKED_BLOCKS = 8_388_608
+MAX_CURVE_POINTS = 100_000
+DEFAULT_CURVE_POINTS = 512
+MAX_CURVE_TARGETS = 1_000
+CURVE_CORNERS_PER_TRACKED_BLOCK = 4
+MIN_CURVE_CORNERS = 1 << 16
 log = logging.getLogger(__name__)
 
 THEORETICAL_OFF = TheoreticalResult(max_hit_count=-1, current_unique_keys=-1, hit_rate=-1.0)
@@ -97,6 +110,8 @@ class InstanceState:
         "capacity_gb",
         "capacity_blocks",
         "slot_units",
+        "curve_resolution",
+        "curve_max_corners",
         "enable_prefix_hash",
         "theoretical_enabled",
         "spec",
@@ -109,6 +124,7 @@ class InstanceState:
         "total_input_tokens",
         "total_hits",
         "total_max_hits",
+        "curve",
     )
 
     def __init__(
@@ -119,6 +135,8 @@ class InstanceState:
         projection: Projection,
         slot_units: tuple[int, ...],
         capacity_blocks: tuple[int, ...],
+        curve_resolution: int = 1,
+        curve_max_corners: int = 0,
     ) -> None:
         self.registration = registration
         self.group = group
@@ -129,6 +147,8 @@ class InstanceState:
         self.capacity_gb = group.capacity_gb
         self.capacity_blocks = capacity_blocks
         self.slot_units = slot_units
+        self.curve_resolution = curve_resolution
+        self.curve_max_corners = curve_max_corners
         self.enable_prefix_hash = group.enable_prefix_hash
         self.theoretical_enabled = group.enable_theoretical_max_cache
         self.spec = spec
@@ -144,6 +164,19 @@ class InstanceState:
         self.total_input_tokens = 0
         self.total_hits = [0] * len(self.capacity_blocks)
         self.total_max_hits = 0
+        self.curve = self.new_curve()
+
+    def new_curve(self, accumulator: HitCurveAccumulator | None = None) -> InstanceCurve:
+        """An empty live curve for this instance (or one around ``accumulator``). O(1)."""
+        return InstanceCurve(
+            self.instance_id,
+            self.block_size,
+            self.block_bytes,
+            model=self.spec.model,
+            resolution_bytes=self.curve_resolution,
+            max_corners=self.curve_max_corners,
+            accumulator=accumulator,
+        )
 
     def reset(self) -> None:
         """Forget every block and zero every counter (a fresh engine). O(1) + GC."""
@@ -171,7 +204,7 @@ class InstanceState:
         with self.lock:
             engine = self.engine
             unique = engine.current_unique_blocks()
-            memory = engine.memory_usage_bytes()
+            memory = engine.memory_usage_bytes() + self.curve.memory_bytes()
             expired = engine.expired_blocks
             dropped = engine.dropped_blocks
             kv_bytes = engine.tracked_bytes(self.block_bytes)
@@ -514,7 +547,8 @@ class OnlineOptimizerManager:
         rule 9) and add to its counters.
 
         Returns (fact, hit blocks per slot, unique blocks, infinite-capacity hit blocks,
-        blocks resident per slot afterwards: only with ``answer``, else ``()``).
+        blocks resident per slot afterwards: only with ``answer``, else ``()``). The fact
+        also goes into the instance's live curve.
         """
         projection = state.projection
         with state.lock:
@@ -532,6 +566,7 @@ class OnlineOptimizerManager:
             state.total_queries += 1
             state.total_blocks_queried += fact.total_blocks
             state.total_input_tokens += tokens
+            state.curve.add(fact.hit_curve, tokens)
         return fact, hits, unique, best, resident
 
     def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
@@ -555,6 +590,86 @@ class OnlineOptimizerManager:
         so a crash cannot bring the old state back)."""
         self._require_instance(instance_id).reset()
         self._forget_state(instance_id)
+
+    def hit_rate_curve(
+        self,
+        instance_id: str,
+        capacity_gb: Sequence[float] = (),
+        target_fractions: Sequence[float] = (),
+        max_points: int = 0,
+    ) -> HitRateCurveResult:
+        """The exact live curve of ``instance_id`` (since registration or its last reset).
+
+        With ``capacity_gb`` (each finite, >= 0, at most :data:`MAX_CURVE_POINTS` of them):
+        the curve at those capacities, in their order. Without: every corner of the curve
+        if there are at most ``max_points`` (0 = :data:`DEFAULT_CURVE_POINTS`, at most
+        :data:`MAX_CURVE_POINTS`), else exact values at ``max_points`` log-spaced capacities
+        from the first hit to saturation. Per target fraction (in (0, 1], at most
+        :data:`MAX_CURVE_TARGETS`): the smallest capacity reaching it. InvalidArgument
+        naming the field and value; InstanceNotExist. The curve is copied under the
+        instance's lock in O(1) (after merging its buffer); the rest runs outside it,
+        O(points log B + B).
+        """
+        caps = _curve_capacities(capacity_gb)
+        fractions = _target_fractions(target_fractions)
+        if isinstance(max_points, bool) or not isinstance(max_points, int):
+            raise InvalidArgument(f"max_points must be an integer, got {max_points!r}")
+        if not 0 <= max_points <= MAX_CURVE_POINTS:
+            raise InvalidArgument(f"max_points must be in 0..{MAX_CURVE_POINTS}, got {max_points}")
+        state = self._require_instance(instance_id)
+        with state.lock:
+            view = state.curve.frozen()
+        blocks = view.unit == "blocks"
+        ub = view.unit_bytes
+        cx, ch = view.points()
+        complete = False
+        if caps:
+            units = np.array([view.units_for_bytes(b) for b in caps], np.int64)
+            nbytes = list(caps)
+            gbs = [float(g) for g in capacity_gb]
+        else:
+            limit = max_points or DEFAULT_CURVE_POINTS
+            if len(cx) <= limit:
+                units, complete = cx, True
+            else:
+                units = _log_spaced(max(view.first_hit, 1), max(view.saturation, 1), limit)
+            nbytes = (units * ub).tolist()
+            gbs = [b / GIB for b in nbytes]
+        hit_tokens = ch if complete else view.hit_tokens_at_many(units)
+        tokens = view.input_tokens
+        points = tuple(
+            HitRatePoint(gb, u if blocks else 0, b, h, h / tokens if tokens else 0.0)
+            for gb, u, b, h in zip(gbs, units.tolist(), nbytes, hit_tokens.tolist(), strict=True)
+        )
+        targets = []
+        for f in fractions:
+            u = view.capacity_for_fraction(f)
+            targets.append(TargetCapacity(f, u if blocks else 0, u * ub, u * ub / GIB))
+        return HitRateCurveResult(
+            points=points,
+            capacity_for_targets=tuple(targets),
+            total_input_tokens=tokens,
+            theoretical_hit_tokens=view.infinite_hit_tokens,
+            corners_complete=complete,
+            resolution_bytes=view.resolution_bytes,
+            corners=view.corners(),
+            block_size=state.block_size,
+            block_bytes=state.block_bytes,
+            linear_step=state.registration.linear_step,
+            total_queries=view.requests,
+        )
+
+    def curve_views(self) -> list[tuple[InstanceInfo, InstanceCurve]]:
+        """Every instance's configuration with a frozen copy of its live curve, sorted by
+        instance_id (for the metrics). O(instances) plus each curve's pending merge."""
+        with self._admin:
+            states = [self._instances[k] for k in sorted(self._instances)]
+        out = []
+        for state in states:
+            with state.lock:
+                view = state.curve.frozen()
+            out.append((state.info(), view))
+        return out
 
     def has_instance(self, instance_id: str) -> bool:
         """True when ``instance_id`` is registered. O(1)."""
@@ -580,6 +695,8 @@ class OnlineOptimizerManager:
             return None
         with state.lock:
             engine = state.engine.export_state()
+            curve = state.curve.accumulator
+            curve_positions, curve_values = curve.arrays()  # immutable: safe after the lock
             meta = {
                 "format": STATE_FORMAT,
                 "registration": registration_to_dict(state.registration),
@@ -595,11 +712,15 @@ class OnlineOptimizerManager:
                 "total_input_tokens": state.total_input_tokens,
                 "total_hits": list(state.total_hits),
                 "total_max_hits": state.total_max_hits,
+                "curve_kind": curve.kind,
+                "curve_scale": curve.scale,
             }
         arrays = {
             "keys": engine.keys,
             "epoch_starts": engine.epoch_starts,
             "epoch_times": engine.epoch_times,
+            "curve_positions": curve_positions,
+            "curve_values": curve_values,
         }
         if engine.kinds is not None:  # hybrid: Full (1) or Linear (2) per key
             arrays["kinds"] = engine.kinds
@@ -714,6 +835,51 @@ class OnlineOptimizerManager:
             )
 
 
+def _log_spaced(low: int, top: int, count: int) -> np.ndarray:
+    """``count`` distinct integers from ``low`` to ``top`` (both included), log-spaced,
+    consecutive where rounding would repeat one (all of them when the range is smaller).
+    O(count)."""
+    if top - low + 1 <= count:
+        return np.arange(low, top + 1, dtype=np.int64)
+    steps = np.arange(count, dtype=np.int64)
+    raw = np.geomspace(low, top, count).round().astype(np.int64)
+    rising = np.maximum.accumulate(raw - steps) + steps  # strictly increasing
+    return np.minimum(rising, top - (count - 1 - steps))
+
+
+def _curve_capacities(capacity_gb: Sequence[float]) -> list[int]:
+    """``capacity_gb`` as bytes, each checked finite and in [0, MAX_CAPACITY_GB]."""
+    if len(capacity_gb) > MAX_CURVE_POINTS:
+        raise InvalidArgument(
+            f"capacity_gb has {len(capacity_gb)} values, at most {MAX_CURVE_POINTS} are allowed"
+        )
+    out = []
+    for i, gb in enumerate(capacity_gb):
+        if isinstance(gb, bool) or not isinstance(gb, int | float):
+            raise InvalidArgument(f"capacity_gb[{i}] must be a number, got {gb!r}")
+        if not (math.isfinite(gb) and 0 <= gb <= MAX_CAPACITY_GB):
+            raise InvalidArgument(
+                f"capacity_gb[{i}] must be finite and in [0, {MAX_CAPACITY_GB}], got {gb!r}"
+            )
+        out.append(capacity_gb_to_bytes(gb))
+    return out
+
+
+def _target_fractions(target_fractions: Sequence[float]) -> list[float]:
+    """``target_fractions`` checked: at most MAX_CURVE_TARGETS, each a number in (0, 1]."""
+    if len(target_fractions) > MAX_CURVE_TARGETS:
+        raise InvalidArgument(
+            f"target_fractions has {len(target_fractions)} values, at most {MAX_CURVE_TARGETS} "
+            "are allowed"
+        )
+    out = []
+    for i, f in enumerate(target_fractions):
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 1:
+            raise InvalidArgument(f"target_fractions[{i}] must be in (0, 1], got {f!r}")
+        out.append(float(f))
+    return out
+
+
 STATE_FORMAT = "litehit-instance-state"
 
 
@@ -781,6 +947,7 @@ def _restore_state(state: InstanceState, meta: dict[str, Any], arrays: dict[str,
             kinds=arrays.get("kinds"),
         )
         engine = create_engine(state.spec, engine_state)
+        curve = _restored_curve(state, meta, arrays)
         counters = (
             int(meta["clock_ns"]),
             int(meta["total_queries"]),
@@ -800,6 +967,37 @@ def _restore_state(state: InstanceState, meta: dict[str, Any], arrays: dict[str,
             state.total_max_hits,
         ) = counters
         state.total_hits = hits
+        curve.requests, curve.input_tokens = state.total_queries, state.total_input_tokens
+        state.curve = curve
+
+
+def _restored_curve(
+    state: InstanceState, meta: dict[str, Any], arrays: dict[str, Any]
+) -> InstanceCurve:
+    """The live curve a snapshot holds (InvalidRequestError when its arrays are not a
+    curve); an empty one for a snapshot written before live curves existed. O(corners)."""
+    if "curve_positions" not in arrays:
+        log.warning(
+            "snapshot of instance %r has no live curve (written by an older version): the "
+            "curve restarts empty while the counters continue",
+            state.instance_id,
+            extra={"instance_id": state.instance_id},
+        )
+        return state.new_curve()
+    kind = meta["curve_kind"]
+    if kind is None:
+        return state.new_curve()
+    accumulator = HitCurveAccumulator.from_arrays(
+        str(kind),
+        arrays["curve_positions"],
+        arrays["curve_values"],
+        int(meta["curve_scale"]),
+        state.curve_max_corners,
+    )
+    expected = FACT_MODELS[state.spec.model].curve
+    if accumulator.kind != expected:
+        raise InvalidRequestError(f"curve kind {kind!r} does not fit model {state.spec.model!r}")
+    return state.new_curve(accumulator)
 
 
 def validated_group(group: InstanceGroup) -> InstanceGroup:
@@ -963,11 +1161,17 @@ def _build_state(
         per_step = steps * block_bytes + state_bytes
         capacity_blocks = tuple(b * steps // per_step for b in slot_bytes)
         too_big = limit and slot_units[-1] > spec.max_tracked_bytes
+        # every threshold is a sum of block and state charges: a multiple of their gcd
+        curve_resolution = math.gcd(block_bytes, state_bytes)
+        curve_max_corners = (
+            max(CURVE_CORNERS_PER_TRACKED_BLOCK * limit, MIN_CURVE_CORNERS) if limit else 0
+        )
     else:
         spec = EngineSpec(model="lru", ttl_ns=ttl_ns, max_tracked_blocks=limit)
         projection = Projection(spec, block_bytes)
         slot_units = capacity_blocks = tuple(projection.units(b) for b in slot_bytes)
         too_big = limit and capacity_blocks[-1] > limit
+        curve_resolution, curve_max_corners = 1, 0  # depths: at most limit + 1 corners
     if too_big:
         raise InvalidArgument(
             f"capacity_gb {group.capacity_gb[-1]!r} of instance group {group.name!r} holds "
@@ -975,7 +1179,16 @@ def _build_state(
             f"max_tracked_blocks {limit}: raise --max-tracked-blocks or use a smaller slot"
         )
     stored = replace(reg, location_spec_infos=specs, location_spec_groups=spec_groups)
-    state = InstanceState(stored, group, spec, projection, slot_units, capacity_blocks)
+    state = InstanceState(
+        stored,
+        group,
+        spec,
+        projection,
+        slot_units,
+        capacity_blocks,
+        curve_resolution,
+        curve_max_corners,
+    )
     return state, RegistrationResult(capacity_blocks, block_bytes, size_full_linear)
 
 

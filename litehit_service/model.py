@@ -183,3 +183,44 @@ class InstanceSummary:
     total_max_hits: int
     max_hit_rate: float
     debug_info: InstanceDebugInfo
+
+
+@dataclass(frozen=True, slots=True)
+class HitRatePoint:
+    """The live curve at one capacity: ``hit_tokens`` cumulative, ``hit_rate`` over the
+    instance's input tokens; ``capacity_blocks`` 0 for hybrid instances (bytes)."""
+
+    capacity_gb: float
+    capacity_blocks: int
+    capacity_bytes: int
+    hit_tokens: int
+    hit_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCapacity:
+    """The smallest capacity whose hits reach ``target_fraction`` of the theoretical hits
+    (0 when there are none); ``capacity_blocks`` 0 for hybrid instances."""
+
+    target_fraction: float
+    capacity_blocks: int
+    capacity_bytes: int
+    capacity_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class HitRateCurveResult:
+    """One instance's live curve as GetHitRateCurve answers it (see the proto for each
+    field): points, capacities for targets, the totals, and how to read them."""
+
+    points: tuple[HitRatePoint, ...]
+    capacity_for_targets: tuple[TargetCapacity, ...]
+    total_input_tokens: int
+    theoretical_hit_tokens: int
+    corners_complete: bool
+    resolution_bytes: int
+    corners: int
+    block_size: int
+    block_bytes: int
+    linear_step: int
+    total_queries: int

@@ -231,6 +231,24 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             pb2.OptimizerResetStatsResponse,
         )
 
+    def GetHitRateCurve(
+        self, request: pb2.GetHitRateCurveRequest, context: grpc.ServicerContext
+    ) -> pb2.GetHitRateCurveResponse:
+        """The exact live curve of one instance: points, capacities for targets, totals."""
+        trace_id = request.trace_id
+        return self._run(
+            "GetHitRateCurve",
+            request,
+            lambda: self._manager.hit_rate_curve(
+                request.instance_id,
+                list(request.capacity_gb),
+                list(request.target_fractions),
+                request.max_points,
+            ),
+            lambda result: wire.hit_rate_curve_to_pb(result, trace_id),
+            pb2.GetHitRateCurveResponse,
+        )
+
     def _registered(self, result: RegistrationResult, instance_id: str) -> RegistrationResult:
         """An identical re-registration keeps everything; otherwise the latency restarts."""
         if result.outcome != "unchanged":

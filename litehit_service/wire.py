@@ -26,12 +26,15 @@ from litehit_service.errors import (
     Unsupported,
 )
 from litehit_service.model import (
+    HitRateCurveResult,
+    HitRatePoint,
     InstanceGroup,
     InstanceRegistration,
     InstanceSummary,
     LocationSpec,
     LocationSpecGroup,
     RegistrationResult,
+    TargetCapacity,
     TraceQueryResult,
 )
 
@@ -314,4 +317,65 @@ def summary_to_pb(s: InstanceSummary) -> pb2.OptimizerInstanceSummary:
             max_tracked_blocks=d.max_tracked_blocks,
             dropped_blocks=d.dropped_blocks,
         ),
+    )
+
+
+def hit_rate_curve_to_pb(result: HitRateCurveResult, trace_id: str) -> pb2.GetHitRateCurveResponse:
+    """Domain live curve -> GetHitRateCurve response. O(points + targets)."""
+    point = pb2.HitRateCurvePoint
+    return pb2.GetHitRateCurveResponse(
+        header=ok_header(trace_id),
+        points=[
+            point(
+                capacity_gb=p.capacity_gb,
+                capacity_blocks=p.capacity_blocks,
+                capacity_bytes=p.capacity_bytes,
+                hit_tokens=p.hit_tokens,
+                hit_rate=p.hit_rate,
+            )
+            for p in result.points
+        ],
+        capacity_for_targets=[
+            pb2.CapacityForTarget(
+                target_fraction=t.target_fraction,
+                capacity_blocks=t.capacity_blocks,
+                capacity_bytes=t.capacity_bytes,
+                capacity_gb=t.capacity_gb,
+            )
+            for t in result.capacity_for_targets
+        ],
+        total_input_tokens=result.total_input_tokens,
+        theoretical_hit_tokens=result.theoretical_hit_tokens,
+        corners_complete=result.corners_complete,
+        resolution_bytes=result.resolution_bytes,
+        corners=result.corners,
+        block_size=result.block_size,
+        block_bytes=result.block_bytes,
+        linear_step=result.linear_step,
+        total_queries=result.total_queries,
+    )
+
+
+def hit_rate_curve_from_pb(msg: pb2.GetHitRateCurveResponse) -> HitRateCurveResult:
+    """GetHitRateCurve response -> domain live curve (the client's side). O(points)."""
+    return HitRateCurveResult(
+        points=tuple(
+            HitRatePoint(
+                p.capacity_gb, p.capacity_blocks, p.capacity_bytes, p.hit_tokens, p.hit_rate
+            )
+            for p in msg.points
+        ),
+        capacity_for_targets=tuple(
+            TargetCapacity(t.target_fraction, t.capacity_blocks, t.capacity_bytes, t.capacity_gb)
+            for t in msg.capacity_for_targets
+        ),
+        total_input_tokens=msg.total_input_tokens,
+        theoretical_hit_tokens=msg.theoretical_hit_tokens,
+        corners_complete=msg.corners_complete,
+        resolution_bytes=msg.resolution_bytes,
+        corners=msg.corners,
+        block_size=msg.block_size,
+        block_bytes=msg.block_bytes,
+        linear_step=msg.linear_step,
+        total_queries=msg.total_queries,
     )

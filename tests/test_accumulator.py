@@ -189,3 +189,155 @@ def test_touching_segments_of_different_facts() -> None:
     assert acc.breakpoints() == [(0, 0), (5, 5)]
     assert [acc.hits_at(c) for c in range(7)] == [0, 1, 2, 3, 4, 5, 5]
     assert acc.smallest_capacity_for(4) == 4
+
+
+# ---------------------------------------------------------------- buffer, steps, views
+
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from litehit_core.projector import project_curve, project_steps  # noqa: E402
+
+
+def random_ramps(rng: random.Random, n: int, depth: int) -> list[tuple[HitCurveSegment, ...]]:
+    out = []
+    for _ in range(n):
+        segs, last = [], 0
+        for _ in range(rng.randint(0, 3)):
+            start = last + 1 + rng.randint(0, depth // 8)
+            run = rng.randint(1, depth // 8 + 1)
+            segs.append(S(start, run))
+            last = start + run - 1
+        out.append(tuple(segs))
+    return out
+
+
+def random_steps(rng: random.Random, n: int, top: int) -> list[tuple[tuple[int, int], ...]]:
+    out = []
+    for _ in range(n):
+        thresholds = sorted(rng.sample(range(1, top), rng.randint(0, 4)))
+        hits = sorted(rng.sample(range(1, 40), len(thresholds)))
+        out.append(tuple(zip(thresholds, hits)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_many_merges_stay_exact_at_every_capacity(seed: int) -> None:
+    """Thousands of curves: the buffer is merged many times; every capacity is still the
+    sum of the projections, and the inverse query is exact."""
+    rng = random.Random(seed)
+    ramps = random_ramps(rng, 6000, 400)
+    acc = HitCurveAccumulator()
+    for i, curve in enumerate(ramps):
+        acc.add_curve(curve, weight=1 + i % 3)
+        if i % 1500 == 0:
+            acc.hits_at(5)  # reads in between (cache invalidation across merges)
+    acc._check()
+    top = max_threshold(ramps) + 2
+    expected = np.zeros(top + 1, np.int64)
+    for i, curve in enumerate(ramps):
+        for c in range(top + 1):
+            expected[c] += (1 + i % 3) * project_curve(curve, c)
+    got = acc.hits_at_many(np.arange(top + 1))
+    assert got.tolist() == expected.tolist()
+    assert [acc.hits_at(c) for c in range(0, top + 1, 37)] == expected[::37].tolist()
+    for target in range(1, int(expected[-1]) + 1, 997):
+        c = acc.smallest_capacity_for(target)
+        assert expected[c] >= target > (expected[c - 1] if c else 0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_steps_are_exact_at_and_around_every_threshold(seed: int) -> None:
+    rng = random.Random(seed)
+    stairs = random_steps(rng, 3000, 5000)
+    acc = HitCurveAccumulator()
+    for st_ in stairs:
+        acc.add_steps(st_)
+    acc._check()
+    caps = sorted({max(0, t + d) for s in stairs for t, _ in s for d in (-1, 0, 1)})
+    want = [sum(project_steps(s, c) for s in stairs) for c in caps]
+    assert acc.hits_at_many(np.array(caps)).tolist() == want
+    assert [acc.hits_at(c) for c in caps[::11]] == want[::11]
+    assert acc.infinite_hits() == sum(s[-1][1] for s in stairs if s)
+    for target in range(1, acc.infinite_hits() + 1, 1013):
+        c = acc.smallest_capacity_for(target)
+        assert acc.hits_at(c) >= target > acc.hits_at(c - 1)
+
+
+def test_kinds_do_not_mix() -> None:
+    acc = HitCurveAccumulator()
+    acc.add_steps(((4, 1),))
+    with pytest.raises(InvalidRequestError, match="cannot add ramps to an accumulator of steps"):
+        acc.add_curve((S(1, 1),))
+    assert acc.kind == "steps" and acc.hits_at(4) == 1
+
+
+def test_frozen_view_does_not_move_and_cannot_be_added_to() -> None:
+    acc = HitCurveAccumulator()
+    acc.add_curve((S(1, 2),))
+    view = acc.frozen()
+    for _ in range(3000):  # several merges in the source
+        acc.add_curve((S(1, 3),))
+    assert view.breakpoints() == [(0, 0), (2, 2)]
+    assert acc.hits_at(3) == 2 + 3 * 3000
+    with pytest.raises(InvalidRequestError, match="frozen view"):
+        view.add_curve((S(1, 1),))
+
+
+def test_arrays_round_trip_and_validation() -> None:
+    rng = random.Random(5)
+    acc = HitCurveAccumulator()
+    for curve in random_ramps(rng, 3000, 300):
+        acc.add_curve(curve)
+    pos, val = acc.arrays()
+    back = HitCurveAccumulator.from_arrays("ramps", pos.copy(), val.copy())
+    assert back.breakpoints() == acc.breakpoints()
+    back.add_curve((S(2, 5),))
+    acc.add_curve((S(2, 5),))
+    assert back.breakpoints() == acc.breakpoints()
+    with pytest.raises(InvalidRequestError, match="kind must be one of"):
+        HitCurveAccumulator.from_arrays("blocks", pos, val)
+    with pytest.raises(InvalidRequestError, match="strictly increasing"):
+        HitCurveAccumulator.from_arrays("ramps", pos[::-1].copy(), val)
+    with pytest.raises(InvalidRequestError, match="one length"):
+        HitCurveAccumulator.from_arrays("ramps", pos, val[:-1])
+    with pytest.raises(InvalidRequestError, match="scale must be an integer >= 1"):
+        HitCurveAccumulator.from_arrays("steps", pos, val, scale=0)
+
+
+def test_memory_is_at_most_16_bytes_per_position_plus_an_eighth() -> None:
+    acc = HitCurveAccumulator()
+    for d in range(2, 200_001, 2):  # +1 at d, -1 at d + 1: 200,000 distinct positions
+        acc.add_curve((S(d, 1),))
+    pos, val = acc.arrays()
+    assert len(pos) == 200_000
+    assert pos.dtype == np.int32 and val.dtype == np.int32  # narrowed: 8 bytes per corner
+    assert acc.memory_bytes() == 8 * 200_000
+    for d in range(2, 20_001, 2):  # more adds sit in the buffer until B/8 of them
+        acc.add_curve((S(d, 1),))
+    assert acc.memory_bytes() <= 8 * 200_000 + 16 * (200_000 // 8 + 2)
+    big = HitCurveAccumulator()
+    big.add_curve((S(1, 1),), weight=1 << 40)
+    assert big.arrays()[1].dtype == np.int64 and big.hits_at(1) == 1 << 40
+
+
+def test_max_corners_coarsens_steps_exactly_at_multiples_of_the_scale() -> None:
+    rng = random.Random(9)
+    stairs = random_steps(rng, 4000, 100_000)
+    exact = HitCurveAccumulator()
+    bounded = HitCurveAccumulator(max_corners=500)
+    for st_ in stairs:
+        exact.add_steps(st_)
+        bounded.add_steps(st_)
+    pos, _ = bounded.arrays()
+    assert len(pos) <= 500 and bounded.scale > 1
+    bounded._check()
+    k = bounded.scale
+    caps = np.arange(0, 100_001, 97)
+    on_grid = caps - caps % k
+    assert bounded.hits_at_many(on_grid).tolist() == exact.hits_at_many(on_grid).tolist()
+    assert (bounded.hits_at_many(caps) <= exact.hits_at_many(caps)).all()
+    assert bounded.infinite_hits() == exact.infinite_hits()
+    with pytest.raises(InvalidRequestError, match="max_corners must be an integer >= 0"):
+        HitCurveAccumulator(max_corners=-1)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from litehit_core import FactRow, FactsWriter, LiteHit, query_facts, read_facts
+from litehit_core.errors import InvalidRequestError
 from litehit_core.projector import project_curve
 from litehit_service.cli import main
 from litehit_service.offline.curve import (
@@ -170,9 +171,10 @@ def test_marks_are_exact_minimal_capacities(seed: int) -> None:
 
 def test_mark_percent_validated() -> None:
     (curve,) = build_curves(worked_rows())
-    with pytest.raises(CurveError, match=r"percent must be an integer in \[0, 100\], got 101"):
+    message = r"percent must be an integer in \[0, 100\], got 101"
+    with pytest.raises(InvalidRequestError, match=message):
         curve.mark(101)
-    with pytest.raises(CurveError, match="got 0.9"):
+    with pytest.raises(InvalidRequestError, match="got 0.9"):
         curve.mark(0.9)  # type: ignore[arg-type]
 
 

@@ -108,6 +108,7 @@ def test_package_and_service_methods():
         "TraceQuery",
         "ResetStats",
         "TraceQueryStream",
+        "GetHitRateCurve",
     }
     stream = methods["TraceQueryStream"]
     assert stream.client_streaming and stream.server_streaming
@@ -115,6 +116,47 @@ def test_package_and_service_methods():
     assert stream.output_type.name == "TraceQueryBatchResponse"
     assert methods["RemoveInstanceGroup"].output_type.name == "CommonResponse"
     assert methods["RegisterInstance"].input_type.name == "OptimizerRegisterInstanceRequest"
+    curve = methods["GetHitRateCurve"]
+    assert not curve.client_streaming and not curve.server_streaming
+    assert (curve.input_type.name, curve.output_type.name) == (
+        "GetHitRateCurveRequest",
+        "GetHitRateCurveResponse",
+    )
+
+
+def test_hit_rate_curve_messages_have_the_specified_field_numbers():
+    def fields(name: str) -> dict[str, tuple[int, str]]:
+        desc = pb2.DESCRIPTOR.message_types_by_name[name]
+        return {f.name: (f.number, f.is_repeated) for f in desc.fields}
+
+    assert fields("GetHitRateCurveRequest") == {
+        "trace_id": (1, False),
+        "instance_id": (2, False),
+        "capacity_gb": (3, True),
+        "target_fractions": (4, True),
+        "max_points": (5, False),
+    }
+    assert fields("HitRateCurvePoint") == {
+        "capacity_gb": (1, False),
+        "capacity_blocks": (2, False),
+        "capacity_bytes": (3, False),
+        "hit_tokens": (4, False),
+        "hit_rate": (5, False),
+    }
+    assert fields("CapacityForTarget") == {
+        "target_fraction": (1, False),
+        "capacity_blocks": (2, False),
+        "capacity_bytes": (3, False),
+        "capacity_gb": (4, False),
+    }
+    response = fields("GetHitRateCurveResponse")
+    assert {k: v for k, v in response.items() if v[0] <= 5} == {
+        "header": (1, False),
+        "points": (2, True),
+        "capacity_for_targets": (3, True),
+        "total_input_tokens": (4, False),
+        "theoretical_hit_tokens": (5, False),
+    }
 
 
 def test_error_code_values():

@@ -394,3 +394,71 @@ class OptimizerResetStatsResponse(_message.Message):
     HEADER_FIELD_NUMBER: _ClassVar[int]
     header: CommonResponseHeader
     def __init__(self, header: _Optional[_Union[CommonResponseHeader, _Mapping]] = ...) -> None: ...
+
+class GetHitRateCurveRequest(_message.Message):
+    __slots__ = ("trace_id", "instance_id", "capacity_gb", "target_fractions", "max_points")
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_GB_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FRACTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_POINTS_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    instance_id: str
+    capacity_gb: _containers.RepeatedScalarFieldContainer[float]
+    target_fractions: _containers.RepeatedScalarFieldContainer[float]
+    max_points: int
+    def __init__(self, trace_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., capacity_gb: _Optional[_Iterable[float]] = ..., target_fractions: _Optional[_Iterable[float]] = ..., max_points: _Optional[int] = ...) -> None: ...
+
+class HitRateCurvePoint(_message.Message):
+    __slots__ = ("capacity_gb", "capacity_blocks", "capacity_bytes", "hit_tokens", "hit_rate")
+    CAPACITY_GB_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    capacity_gb: float
+    capacity_blocks: int
+    capacity_bytes: int
+    hit_tokens: int
+    hit_rate: float
+    def __init__(self, capacity_gb: _Optional[float] = ..., capacity_blocks: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., hit_tokens: _Optional[int] = ..., hit_rate: _Optional[float] = ...) -> None: ...
+
+class CapacityForTarget(_message.Message):
+    __slots__ = ("target_fraction", "capacity_blocks", "capacity_bytes", "capacity_gb")
+    TARGET_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_GB_FIELD_NUMBER: _ClassVar[int]
+    target_fraction: float
+    capacity_blocks: int
+    capacity_bytes: int
+    capacity_gb: float
+    def __init__(self, target_fraction: _Optional[float] = ..., capacity_blocks: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., capacity_gb: _Optional[float] = ...) -> None: ...
+
+class GetHitRateCurveResponse(_message.Message):
+    __slots__ = ("header", "points", "capacity_for_targets", "total_input_tokens", "theoretical_hit_tokens", "corners_complete", "resolution_bytes", "corners", "block_size", "block_bytes", "linear_step", "total_queries")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FOR_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    THEORETICAL_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CORNERS_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CORNERS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LINEAR_STEP_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    header: CommonResponseHeader
+    points: _containers.RepeatedCompositeFieldContainer[HitRateCurvePoint]
+    capacity_for_targets: _containers.RepeatedCompositeFieldContainer[CapacityForTarget]
+    total_input_tokens: int
+    theoretical_hit_tokens: int
+    corners_complete: bool
+    resolution_bytes: int
+    corners: int
+    block_size: int
+    block_bytes: int
+    linear_step: int
+    total_queries: int
+    def __init__(self, header: _Optional[_Union[CommonResponseHeader, _Mapping]] = ..., points: _Optional[_Iterable[_Union[HitRateCurvePoint, _Mapping]]] = ..., capacity_for_targets: _Optional[_Iterable[_Union[CapacityForTarget, _Mapping]]] = ..., total_input_tokens: _Optional[int] = ..., theoretical_hit_tokens: _Optional[int] = ..., corners_complete: _Optional[bool] = ..., resolution_bytes: _Optional[int] = ..., corners: _Optional[int] = ..., block_size: _Optional[int] = ..., block_bytes: _Optional[int] = ..., linear_step: _Optional[int] = ..., total_queries: _Optional[int] = ...) -> None: ...

@@ -97,6 +97,11 @@ class OptimizerServiceStub:
                 request_serializer=optimizer__service__pb2.OptimizerResetStatsRequest.SerializeToString,
                 response_deserializer=optimizer__service__pb2.OptimizerResetStatsResponse.FromString,
                 _registered_method=True)
+        self.GetHitRateCurve = channel.unary_unary(
+                '/kv_cache_manager.proto.optimizer.OptimizerService/GetHitRateCurve',
+                request_serializer=optimizer__service__pb2.GetHitRateCurveRequest.SerializeToString,
+                response_deserializer=optimizer__service__pb2.GetHitRateCurveResponse.FromString,
+                _registered_method=True)
         self.TraceQueryStream = channel.stream_stream(
                 '/kv_cache_manager.proto.optimizer.OptimizerService/TraceQueryStream',
                 request_serializer=optimizer__service__pb2.TraceQueryBatchRequest.SerializeToString,
@@ -179,6 +184,13 @@ class OptimizerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHitRateCurve(self, request, context):
+        """LiteHit extension: the exact live hit-rate curve of one instance (a read).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TraceQueryStream(self, request_iterator, context):
         """LiteHit extension: batched bidirectional stream for gateways. Each request batch yields one
         response batch with results in the same order; queries of one stream are applied in order.
@@ -244,6 +256,11 @@ def add_OptimizerServiceServicer_to_server(servicer, server):
                     servicer.ResetStats,
                     request_deserializer=optimizer__service__pb2.OptimizerResetStatsRequest.FromString,
                     response_serializer=optimizer__service__pb2.OptimizerResetStatsResponse.SerializeToString,
+            ),
+            'GetHitRateCurve': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHitRateCurve,
+                    request_deserializer=optimizer__service__pb2.GetHitRateCurveRequest.FromString,
+                    response_serializer=optimizer__service__pb2.GetHitRateCurveResponse.SerializeToString,
             ),
             'TraceQueryStream': grpc.stream_stream_rpc_method_handler(
                     servicer.TraceQueryStream,
@@ -554,6 +571,33 @@ class OptimizerService:
             '/kv_cache_manager.proto.optimizer.OptimizerService/ResetStats',
             optimizer__service__pb2.OptimizerResetStatsRequest.SerializeToString,
             optimizer__service__pb2.OptimizerResetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHitRateCurve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kv_cache_manager.proto.optimizer.OptimizerService/GetHitRateCurve',
+            optimizer__service__pb2.GetHitRateCurveRequest.SerializeToString,
+            optimizer__service__pb2.GetHitRateCurveResponse.FromString,
             options,
             channel_credentials,
             insecure,

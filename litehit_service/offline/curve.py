@@ -21,27 +21,16 @@ import csv
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import IO, NamedTuple
+from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 
-from litehit_core import (
-    FACT_MODELS,
-    CurvePoint,
-    FactRow,
-    HitCurveAccumulator,
-    InvalidRequestError,
-    bytes_to_blocks,
-    capacity_gb_to_bytes,
-    read_facts,
-)
+from litehit_core import FactRow, InvalidRequestError, read_facts
+from litehit_core.curve import GIB, MARK_PERCENTS, InstanceCurve
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 
-GIB = 1024**3
-MARK_PERCENTS = (90, 95, 99)
-"""Marked points: the smallest capacity reaching this percentage of the theoretical hits."""
 TABLE_ROWS = 30
 """Log-spaced capacity rows of the text table (fewer when the curve saturates early)."""
 CSV_HEADER = (
@@ -60,142 +49,6 @@ is curved on a log axis, so breakpoints alone would draw it wrong)."""
 
 class CurveError(InvalidRequestError):
     """The facts cannot make a curve (mixed block sizes, no rows, unknown instance)."""
-
-
-class Mark(NamedTuple):
-    """The smallest capacity whose hits reach ``percent``% of the infinite-capacity hits.
-
-    ``target_hit_tokens = ceil(percent * infinite / 100)``; ``capacity`` is in the curve's
-    unit (blocks, or bytes for hybrid instances) and ``hit_tokens`` the exact value there
-    (>= target, and one unit less is below it).
-    """
-
-    percent: int
-    target_hit_tokens: int
-    capacity: int
-    capacity_bytes: int
-    capacity_gb: float
-    hit_tokens: int
-    hit_rate: float
-
-
-@dataclass
-class InstanceCurve:
-    """The exact cumulative token hit curve of one instance.
-
-    ``accumulator`` holds every row's hit curve weighted by ``block_size_tokens`` (its hits
-    are hit tokens); ``input_tokens`` is the denominator. Capacities are in the curve's
-    :attr:`unit`: blocks of ``block_bytes`` (model ``lru``) or bytes (model ``hybrid``).
-    Queries are O(log B) for B breakpoints once :meth:`breakpoints` has run (O(B log B),
-    cached).
-    """
-
-    instance_id: str
-    block_size_tokens: int
-    block_bytes: int
-    first_trace_id: str
-    model: str = "lru"
-    requests: int = 0
-    input_tokens: int = 0
-    accumulator: HitCurveAccumulator = field(default_factory=HitCurveAccumulator)
-
-    @property
-    def unit(self) -> str:
-        """``"blocks"`` or ``"bytes"``: what a capacity of this curve counts."""
-        return FACT_MODELS[self.model].unit
-
-    @property
-    def unit_bytes(self) -> int:
-        """Bytes of one capacity unit: ``block_bytes`` for blocks, 1 for bytes."""
-        return self.block_bytes if self.unit == "blocks" else 1
-
-    def add(self, row: FactRow) -> None:
-        """Add one ledger row (its curve, its tokens). O(segments)."""
-        if FACT_MODELS[self.model].curve == "steps":
-            self.accumulator.add_steps(row.hit_curve, self.block_size_tokens)
-        else:
-            self.accumulator.add_curve(row.hit_curve, self.block_size_tokens)
-        self.requests += 1
-        self.input_tokens += row.input_token_len
-
-    def capacity_bytes(self, capacity: int) -> int:
-        """Bytes of a capacity in the curve's unit. O(1)."""
-        return capacity * self.unit_bytes
-
-    def capacity_gb(self, capacity: int) -> float:
-        """GiB of a capacity in the curve's unit. O(1)."""
-        return capacity * self.unit_bytes / GIB
-
-    def rate(self, hit_tokens: int) -> float:
-        """``hit_tokens / input_tokens`` (0.0 without tokens), as the facts query does. O(1)."""
-        return hit_tokens / self.input_tokens if self.input_tokens else 0.0
-
-    def breakpoints(self) -> list[CurvePoint]:
-        """Exact ``(capacity, hit_tokens)`` points; linear in between, flat after."""
-        return self.accumulator.breakpoints()
-
-    def hit_tokens_at(self, capacity: int) -> int:
-        """Hit tokens at a capacity in the curve's unit (negative = infinite). O(log B)."""
-        return self.accumulator.hits_at(capacity)
-
-    def hit_rate_at(self, capacity: int) -> float:
-        """Token hit rate at a capacity in the curve's unit (negative = infinite). O(log B)."""
-        return self.rate(self.accumulator.hits_at(capacity))
-
-    def units_for_gb(self, capacity_gb: float) -> int:
-        """``capacity_gb`` GiB in the curve's unit, the facts query's conversion (whole
-        blocks, or bytes); -1 if negative."""
-        if capacity_gb < 0:
-            return -1
-        return bytes_to_blocks(capacity_gb_to_bytes(capacity_gb), self.unit_bytes)
-
-    def hit_rate_at_gb(self, capacity_gb: float) -> float:
-        """Token hit rate at ``capacity_gb`` GiB (negative = infinite). O(log B)."""
-        return self.hit_rate_at(self.units_for_gb(capacity_gb))
-
-    @property
-    def infinite_hit_tokens(self) -> int:
-        """Hit tokens with unlimited capacity: the theoretical maximum. O(1) cached."""
-        return self.accumulator.infinite_hits()
-
-    @property
-    def infinite_hit_rate(self) -> float:
-        """Token hit rate with unlimited capacity. O(1) cached."""
-        return self.rate(self.infinite_hit_tokens)
-
-    @property
-    def saturation(self) -> int:
-        """The smallest capacity (curve's unit) reaching the theoretical maximum. O(log B)."""
-        return self.accumulator.smallest_capacity_for(self.infinite_hit_tokens)
-
-    @property
-    def first_hit(self) -> int:
-        """The smallest capacity (curve's unit) with any hit (0 without hits). O(log B)."""
-        return self.accumulator.smallest_capacity_for(1) if self.infinite_hit_tokens else 0
-
-    def mark(self, percent: int) -> Mark:
-        """The smallest capacity reaching ``percent``% (0..100) of the theoretical hits.
-
-        Exact integer arithmetic: target = ceil(percent * infinite / 100). O(log B).
-        """
-        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
-            raise CurveError(f"percent must be an integer in [0, 100], got {percent!r}")
-        target = -(-percent * self.infinite_hit_tokens // 100)
-        capacity = self.accumulator.smallest_capacity_for(target)
-        hits = self.accumulator.hits_at(capacity)
-        return Mark(
-            percent,
-            target,
-            capacity,
-            self.capacity_bytes(capacity),
-            self.capacity_gb(capacity),
-            hits,
-            self.rate(hits),
-        )
-
-    def marks(self, percents: Sequence[int] = MARK_PERCENTS) -> list[Mark]:
-        """:meth:`mark` for each of ``percents``. O(len x log B)."""
-        return [self.mark(p) for p in percents]
 
 
 def build_curves(rows: Iterable[FactRow], instance_id: str | None = None) -> list[InstanceCurve]:
@@ -225,7 +78,7 @@ def build_curves(rows: Iterable[FactRow], instance_id: str | None = None) -> lis
             or row.model != cur.model
         ):
             raise CurveError(_mixed_message(cur, row))
-        cur.add(row)
+        cur.add(row.hit_curve, row.input_token_len)
     if not curves:
         if instance_id is not None and seen:
             raise CurveError(
