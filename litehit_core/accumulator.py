@@ -199,6 +199,8 @@ class HitCurveAccumulator:
         """An immutable view of the curve as it is now (merging the buffer first): reads
         work on it without the source's lock while the source keeps adding. O(B + b log b)
         for the merge, O(1) after it."""
+        if self._frozen:
+            return self
         self._merge()
         view = HitCurveAccumulator(self.max_corners)
         view.kind, view.scale = self.kind, self.scale
@@ -240,6 +242,29 @@ class HitCurveAccumulator:
         acc.kind = kind
         acc._pos, acc._val = _narrow(pos.astype(np.int64)), _narrow(val.astype(np.int64))
         acc._limit = max(_MIN_BUFFER, len(pos) // 8)
+        return acc
+
+    @classmethod
+    def from_points(cls, capacities: np.ndarray, hits: np.ndarray) -> HitCurveAccumulator:
+        """A frozen accumulator whose curve is the piecewise-linear interpolation of the
+        points (``(0, 0)`` first, capacities strictly increasing, hits never decreasing):
+        exact where the points are, interpolated (floor) between them, flat after the last.
+        For curves received as points (a server's answer). Validated:
+        InvalidRequestError. O(points)."""
+        cx = np.array(capacities, dtype=np.int64)
+        ch = np.array(hits, dtype=np.int64)
+        if cx.ndim != 1 or cx.shape != ch.shape or not len(cx):
+            raise InvalidRequestError("points need equal, non-empty 1-d capacities and hits")
+        if int(cx[0]) != 0 or int(ch[0]) != 0:
+            raise InvalidRequestError(f"points must start at (0, 0), got ({cx[0]}, {ch[0]})")
+        if bool((cx[1:] <= cx[:-1]).any()) or bool((ch[1:] < ch[:-1]).any()):
+            raise InvalidRequestError(
+                "point capacities must strictly increase and their hits never decrease"
+            )
+        acc = cls()
+        acc.kind = "ramps"
+        acc._cx, acc._ch = cx, ch
+        acc._frozen = True
         return acc
 
     def _points(self) -> tuple[np.ndarray, np.ndarray]:

@@ -27,11 +27,25 @@ from litehit_core.errors import InvalidRequestError
 from litehit_core.model import FACT_MODELS, HitCurveSegment, HitCurveStep
 from litehit_core.projector import bytes_to_blocks, capacity_gb_to_bytes
 
-__all__ = ["GIB", "MARK_PERCENTS", "InstanceCurve", "Mark"]
+__all__ = ["GIB", "MARK_PERCENTS", "InstanceCurve", "Mark", "log_spaced"]
 
 GIB = 1024**3
 MARK_PERCENTS = (90, 95, 99)
 """Marked points: the smallest capacity reaching this percentage of the theoretical hits."""
+
+
+def log_spaced(low: int, top: int, count: int) -> np.ndarray:
+    """``count`` distinct integers from ``low`` to ``top`` (both included, 1 <= low <= top),
+    log-spaced, consecutive where rounding would repeat one; every integer of the range when
+    it holds fewer. An int64 array, ascending. O(count)."""
+    if top - low + 1 <= count:
+        return np.arange(low, top + 1, dtype=np.int64)
+    if count == 1:
+        return np.array([top], np.int64)
+    steps = np.arange(count, dtype=np.int64)
+    raw = np.geomspace(low, top, count).round().astype(np.int64)
+    rising = np.maximum.accumulate(raw - steps) + steps  # strictly increasing
+    return np.minimum(rising, top - (count - 1 - steps))
 
 
 class Mark(NamedTuple):
@@ -223,14 +237,16 @@ class InstanceCurve:
 
     def capacity_for_fraction(self, fraction: float) -> int:
         """The smallest capacity (curve's unit) whose hits reach ``fraction`` (0 < f <= 1)
-        of the theoretical hits: ``ceil(f * theoretical)`` with ``f`` taken exactly as the
-        binary float it is; 0 when there are no hits. O(log B)."""
+        of the theoretical hits: ``ceil(f * theoretical)`` with ``f`` read as the decimal it
+        prints as (0.9 is 9/10, as :meth:`mark` (90) reads it, not the binary float just
+        above it); 0 when there are no hits. O(log B)."""
         if isinstance(fraction, bool) or not isinstance(fraction, int | float):
             raise InvalidRequestError(f"target fraction must be a number, got {fraction!r}")
         if not 0 < fraction <= 1:
             raise InvalidRequestError(f"target fraction must be in (0, 1], got {fraction!r}")
+        exact = Fraction(repr(float(fraction)))
         total = self.accumulator.infinite_hits()
-        target = -(-Fraction(fraction).numerator * total // Fraction(fraction).denominator)
+        target = -(-exact.numerator * total // exact.denominator)
         return self.accumulator.smallest_capacity_for(target)
 
     @property

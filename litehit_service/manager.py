@@ -37,7 +37,7 @@ from litehit_core import (
     normalize_request,
 )
 from litehit_core.accumulator import HitCurveAccumulator
-from litehit_core.curve import GIB, InstanceCurve
+from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
 from litehit_core.hybrid import MAX_OBJECT_BYTES
 from litehit_core.projector import Projection
@@ -632,7 +632,7 @@ class OnlineOptimizerManager:
             if len(cx) <= limit:
                 units, complete = cx, True
             else:
-                units = _log_spaced(max(view.first_hit, 1), max(view.saturation, 1), limit)
+                units = log_spaced(max(view.first_hit, 1), max(view.saturation, 1), limit)
             nbytes = (units * ub).tolist()
             gbs = [b / GIB for b in nbytes]
         hit_tokens = ch if complete else view.hit_tokens_at_many(units)
@@ -833,18 +833,6 @@ class OnlineOptimizerManager:
                 f"instance group {name!r} still has {len(members)} registered instance(s) "
                 f"({shown}); remove them before {doing} the group"
             )
-
-
-def _log_spaced(low: int, top: int, count: int) -> np.ndarray:
-    """``count`` distinct integers from ``low`` to ``top`` (both included), log-spaced,
-    consecutive where rounding would repeat one (all of them when the range is smaller).
-    O(count)."""
-    if top - low + 1 <= count:
-        return np.arange(low, top + 1, dtype=np.int64)
-    steps = np.arange(count, dtype=np.int64)
-    raw = np.geomspace(low, top, count).round().astype(np.int64)
-    rising = np.maximum.accumulate(raw - steps) + steps  # strictly increasing
-    return np.minimum(rising, top - (count - 1 - steps))
 
 
 def _curve_capacities(capacity_gb: Sequence[float]) -> list[int]:

@@ -9,12 +9,14 @@ ordinary instruments fed by the servicer. Everything lives on a private
 
 from __future__ import annotations
 
+import math
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client import start_http_server as _start_http_server
 from prometheus_client.core import (
@@ -25,7 +27,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from litehit_service.manager import OnlineOptimizerManager
+from litehit_core import capacity_gb_to_bytes
+from litehit_core.curve import log_spaced
+from litehit_service.manager import InstanceInfo, OnlineOptimizerManager
 
 if TYPE_CHECKING:
     from litehit_service.transport import Transport
@@ -265,6 +269,102 @@ class LatencyHistogram(Collector):
         yield family
 
 
+DEFAULT_CURVE_GRID_POINTS = 16
+MAX_CURVE_GRID_POINTS = 256
+CURVE_TARGETS = (0.5, 0.8, 0.9, 0.95, 0.99)
+"""Fractions of the theoretical hits whose capacity ``litehit_capacity_for_target_bytes``
+reports."""
+
+
+def curve_grid(info: InstanceInfo, points: int) -> tuple[int, ...]:
+    """The fixed capacities (bytes) of an instance's ``litehit_curve_hit_tokens_total``
+    series: ``points`` log-spaced capacities from one block (a block and a state for hybrid
+    instances) to the most the instance tracks (16x its largest slot when unlimited),
+    whole blocks (multiples of the gcd of block and state bytes for hybrid instances). Fixed
+    for the registration, so ``rate()`` over any window reads the windowed curve there.
+    O(points)."""
+    if points <= 0:
+        return ()
+    spec = info.spec
+    if spec.model == "hybrid":
+        unit = math.gcd(spec.full_bytes, spec.linear_bytes)
+        low = spec.full_bytes + spec.linear_bytes
+        top = spec.max_tracked_bytes
+    else:
+        unit = low = info.block_bytes
+        top = spec.max_tracked_blocks * unit
+    if not top:
+        top = 16 * capacity_gb_to_bytes(max(info.group.capacity_gb))
+    lo_units = -(-low // unit)
+    units = log_spaced(lo_units, max(top // unit, lo_units), points)
+    return tuple((units * unit).tolist())
+
+
+class CurveCollector(Collector):
+    """The live curves at scrape time: per instance, cumulative hit tokens at the fixed
+    :func:`curve_grid` capacities (``rate()`` of them over a window is the windowed curve),
+    the capacity reaching each of :data:`CURVE_TARGETS` of the theoretical hits
+    (cumulative), the curve's corners and resolution.
+
+    Cost per scrape: per instance, a frozen copy of its curve (under its lock: O(1) after
+    merging the buffered facts) and O(B) to read B corners, outside every lock.
+    """
+
+    def __init__(self, manager: OnlineOptimizerManager, grid_points: int) -> None:
+        if isinstance(grid_points, bool) or not isinstance(grid_points, int):
+            raise ValueError(f"curve grid points must be an integer, got {grid_points!r}")
+        if not 0 <= grid_points <= MAX_CURVE_GRID_POINTS:
+            raise ValueError(
+                f"curve grid points must be in 0..{MAX_CURVE_GRID_POINTS}, got {grid_points}"
+            )
+        self._manager = manager
+        self.grid_points = grid_points
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def _families(self) -> list[Metric]:
+        return [
+            CounterMetricFamily(
+                "litehit_curve_hit_tokens",
+                "Prefix-hit tokens an LRU of capacity_bytes would have had (tokens, exact; "
+                "rate() over a window gives the windowed curve at these capacities).",
+                labels=[*_LABELS, "capacity_bytes"],
+            ),
+            GaugeMetricFamily(
+                "litehit_capacity_for_target_bytes",
+                "Smallest capacity whose hits reach this fraction of the theoretical hits "
+                "(bytes; cumulative since registration or ResetStats; 0 without hits).",
+                labels=[*_LABELS, "target"],
+            ),
+            GaugeMetricFamily(
+                "litehit_curve_corners",
+                "Corners of the instance's exact live curve.",
+                labels=_LABELS,
+            ),
+            GaugeMetricFamily(
+                "litehit_curve_resolution_bytes",
+                "The live curve is exact at every multiple of this many bytes.",
+                labels=_LABELS,
+            ),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        fams = hit_tokens, targets, corners, resolution = self._families()
+        for info, view in self._manager.curve_views():
+            lv = [info.instance_group, info.instance_id]
+            grid = curve_grid(info, self.grid_points)
+            if grid:
+                units = np.array([view.units_for_bytes(b) for b in grid], np.int64)
+                for nbytes, h in zip(grid, view.hit_tokens_at_many(units).tolist(), strict=True):
+                    hit_tokens.add_metric([*lv, str(nbytes)], h)
+            for f in CURVE_TARGETS:
+                targets.add_metric([*lv, repr(f)], view.capacity_for_fraction(f) * view.unit_bytes)
+            corners.add_metric(lv, view.corners())
+            resolution.add_metric(lv, view.resolution_bytes)
+        return iter(fams)
+
+
 class ServiceCollector(Collector):
     """Process-wide figures computed at scrape time: re-registrations, durable state and
     the transport's streams (once :meth:`ServiceMetrics.attach_transport` ran)."""
@@ -359,13 +459,19 @@ class ServiceCollector(Collector):
 
 
 class ServiceMetrics:
-    """Every metric of one service, on ``registry`` (None: a fresh private registry)."""
+    """Every metric of one service, on ``registry`` (None: a fresh private registry);
+    ``curve_grid_points`` capacities per instance in ``litehit_curve_hit_tokens_total``
+    (0 = none; at most :data:`MAX_CURVE_GRID_POINTS`)."""
 
     def __init__(
-        self, manager: OnlineOptimizerManager, registry: CollectorRegistry | None = None
+        self,
+        manager: OnlineOptimizerManager,
+        registry: CollectorRegistry | None = None,
+        curve_grid_points: int = DEFAULT_CURVE_GRID_POINTS,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.registry.register(InstanceCollector(manager))
+        self.registry.register(CurveCollector(manager, curve_grid_points))
         self._service = ServiceCollector(manager)
         self.registry.register(self._service)
         self._latency = LatencyHistogram(manager)

@@ -25,7 +25,7 @@ from litehit_service.addresses import format_address, parse_address
 from litehit_service.entries import load_groups_file
 from litehit_service.errors import InstanceNotExist
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager, validated_group
-from litehit_service.metrics import ServiceMetrics
+from litehit_service.metrics import DEFAULT_CURVE_GRID_POINTS, ServiceMetrics
 from litehit_service.model import InstanceGroup, InstanceRegistration
 from litehit_service.policy import QueryPolicy
 from litehit_service.registry import Registry
@@ -127,7 +127,8 @@ class ServerConfig:
     Groups of fields: addresses and folders; the transport (:class:`ServerOptions`); the
     query policy (``max_block_keys``, ``max_clock_skew_seconds``); the manager's limits
     (``max_instances``, ``max_tracked_blocks``); durability and stopping
-    (``snapshot_interval_seconds``, 0 = only at stop; ``grace_seconds``).
+    (``snapshot_interval_seconds``, 0 = only at stop; ``grace_seconds``); the metrics
+    (``curve_grid_points``).
     """
 
     listen: str = "127.0.0.1:50051"
@@ -141,6 +142,7 @@ class ServerConfig:
     max_tracked_blocks: int = ManagerLimits.online().max_tracked_blocks
     snapshot_interval_seconds: float = DEFAULT_SNAPSHOT_INTERVAL_SECONDS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
+    curve_grid_points: int = DEFAULT_CURVE_GRID_POINTS
 
 
 def tune_allocator(mmap_threshold: int = 1 << 20, arenas: int = 1) -> bool:
@@ -314,7 +316,7 @@ def serve(
             groups, regs = load_groups_file(config.groups_file)
             for action in apply_groups(manager, groups, regs):
                 log.info("groups file: %s", action)
-        metrics = ServiceMetrics(manager)
+        metrics = ServiceMetrics(manager, curve_grid_points=config.curve_grid_points)
         server = LiteHitServer(manager, metrics, config.listen, config.server).start()
         metrics_server, bound_metrics = metrics.start_http_server(metrics_host, metrics_port)
         snapshotter = Snapshotter(manager, server, config.snapshot_interval_seconds).start()

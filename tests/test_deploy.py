@@ -62,12 +62,16 @@ EXPECTED_DASHBOARD_METRICS = {
     "litehit_memory_bytes",
     "litehit_kv_cache_usage_bytes",
     "litehit_ttl_expired_blocks_total",
+    "litehit_curve_hit_tokens_total",
+    "litehit_capacity_for_target_bytes",
 }
 
 # Panel title -> unit. Exactly these panels (row panels aside) must exist.
 EXPECTED_PANEL_UNITS = {
     "Token hit rate per capacity (windowed)": "percentunit",
     "Token hit rate per capacity (cumulative)": "percentunit",
+    "Token hit rate vs capacity (selected range)": "percentunit",
+    "Capacity for 90% of the theoretical hits": "bytes",
     "Queries/s": "reqps",
     "Errors/s by code": "reqps",
     "TraceQuery latency p50 / p99": "s",
@@ -409,7 +413,7 @@ def test_dashboard_uses_the_provisioned_datasource_uid(dashboard: dict[str, Any]
     for panel in _panels(dashboard):
         refs.append(panel["datasource"])
         refs.extend(t["datasource"] for t in panel["targets"])
-    assert len(refs) == 2 + 9 + 12
+    assert len(refs) == 2 + 11 + 14
     assert all(ref == {"type": "prometheus", "uid": uid} for ref in refs)
 
 
@@ -437,6 +441,30 @@ def test_dashboard_hit_rate_panels(dashboard: dict[str, Any]) -> None:
     ]
 
 
+def test_dashboard_live_curve_panels(dashboard: dict[str, Any]) -> None:
+    sel = '{instance_group=~"$instance_group", instance_id=~"$instance_id"}'
+    curve = _panel(dashboard, "Token hit rate vs capacity (selected range)")
+    (target,) = curve["targets"]
+    assert target["expr"] == (
+        f"sum by (instance_id, capacity_bytes) (increase(litehit_curve_hit_tokens_total{sel}"
+        "[$__range]))\n/ on (instance_id) group_left\n"
+        f"sum by (instance_id) (increase(litehit_input_tokens_total{sel}[$__range]))"
+    )
+    assert (target["instant"], target["format"]) == (True, "table")
+    assert curve["options"]["xField"] == "capacity_bytes"
+    assert [t["id"] for t in curve["transformations"]] == [
+        "groupingToMatrix",
+        "convertFieldType",
+        "organize",
+        "sortBy",
+    ]
+    (needed,) = _panel(dashboard, "Capacity for 90% of the theoretical hits")["targets"]
+    assert needed["expr"] == (
+        "max by (instance_id) (litehit_capacity_for_target_bytes{instance_group=~"
+        '"$instance_group", instance_id=~"$instance_id", target="0.9"})'
+    )
+
+
 def test_dashboard_latency_quantiles(dashboard: dict[str, Any]) -> None:
     panel = _panel(dashboard, "TraceQuery latency p50 / p99")
     inner = (
@@ -461,7 +489,7 @@ def test_dashboard_instance_metrics_follow_the_template_variables(
                 assert not matchers, expr
             else:
                 assert all(f in matchers for f in INSTANCE_FILTER), expr
-    assert seen == 16
+    assert seen == 19
 
 
 def test_dashboard_metric_names_are_exactly_the_exported_ones() -> None:
@@ -476,11 +504,12 @@ def test_every_dashboard_expression_is_valid_promql(
     if promtool is None:
         pytest.skip("promtool not installed (apt-get install prometheus)")
     exprs = dashboard_names.dashboard_expressions(dashboard)
-    assert len(exprs) == 14
+    assert len(exprs) == 16
     rules = [
         {
             "record": f"dashboard:expr_{i}",
             "expr": expr.replace("$__rate_interval", "1m")
+            .replace("$__range", "1h")
             .replace("$instance_group", ".*")
             .replace("$instance_id", ".*"),
         }
@@ -492,7 +521,7 @@ def test_every_dashboard_expression_is_valid_promql(
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 14 rules found" in result.stdout
+    assert "SUCCESS: 16 rules found" in result.stdout
 
 
 # --- the name-extraction helpers themselves --------------------------------------------

@@ -10,6 +10,7 @@ from oracle import NaiveHybridLRU, tree_trace
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from litehit_core.curve import log_spaced
 from litehit_service import messages as pb2
 from litehit_service.client import OptimizerClient
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager
@@ -24,6 +25,7 @@ from litehit_service.model import (
 from litehit_service.server import create_server
 
 GIB = 1024**3
+CURVE_FAMILIES = ("litehit_curve_", "litehit_capacity_for_target")
 WORKED = [[1, 2, 3], [1, 2, 3], [1, 2, 4, 5], [1, 2, 3], [1, 6], [1, 2, 4, 5, 7]]
 
 
@@ -91,8 +93,31 @@ def test_metrics_of_a_hybrid_instance():
         (s.name, s.labels.get("capacity_gb")): s.value
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
-        if s.labels.get("instance_id") == "h"
+        if s.labels.get("instance_id") == "h" and not s.name.startswith(CURVE_FAMILIES)
     }
+    curve = {
+        (s.name, s.labels.get("capacity_bytes") or s.labels.get("target")): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.labels.get("instance_id") == "h" and s.name.startswith(CURVE_FAMILIES)
+    }
+    # the staircase 4096 -> 24, 7168 -> 36, 11264 -> 40, 14336 -> 48 hit tokens, at 16
+    # grid capacities from a block and a state (3 KiB) to 16x the largest slot, in KiB
+    grid_kib = log_spaced(3, 128, 16).tolist()
+    steps = [(4096, 24), (7168, 36), (11264, 40), (14336, 48)]
+    expected_curve = {
+        ("litehit_curve_hit_tokens_total", str(k * 1024)): max(
+            [h for t, h in steps if t <= k * 1024], default=0
+        )
+        for k in grid_kib
+    }
+    # 12 theoretical blocks: 0.5 -> 6 (24 tokens), 0.8 -> 10 (40), 0.9 -> 11 and up -> 12
+    for target, nbytes in (("0.5", 4096), ("0.8", 11264), ("0.9", 14336), ("0.95", 14336)):
+        expected_curve[("litehit_capacity_for_target_bytes", target)] = nbytes
+    expected_curve[("litehit_capacity_for_target_bytes", "0.99")] = 14336
+    expected_curve[("litehit_curve_corners", None)] = 8
+    expected_curve[("litehit_curve_resolution_bytes", None)] = 1024
+    assert curve == expected_curve
     c1, c2 = "3.814697265625e-06", "7.62939453125e-06"
     assert got == {
         ("litehit_trace_queries_total", None): 6,

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import random
+import socket
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from litehit_service import messages as pb2
 from litehit_service.cli import main
 from litehit_service.client import OptimizerClient
 from litehit_service.errors import InstanceNotExist, InvalidArgument
+from litehit_service.live import fetch_live_curve
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager
 from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import (
@@ -25,6 +27,7 @@ from litehit_service.model import (
     LocationSpec,
     LocationSpecGroup,
 )
+from litehit_service.offline.curve import format_table
 from litehit_service.server import create_server
 from litehit_service.snapshots import SnapshotStore
 from litehit_service.wire import hit_rate_curve_from_pb
@@ -157,7 +160,7 @@ def test_capacity_for_targets_is_the_smallest_capacity_reaching_them():
 
     total = result.theoretical_hit_tokens // 4  # blocks
     for f, t in zip(fractions, result.capacity_for_targets, strict=True):
-        target = math.ceil(Fraction(f) * total)  # the float's exact value
+        target = math.ceil(Fraction(repr(f)) * total)  # the decimal the float prints as
         c = t.capacity_blocks
         assert t.target_fraction == f and t.capacity_bytes == c * 1024
         assert t.capacity_gb == c * 1024 / GIB
@@ -276,6 +279,7 @@ def live():
     manager = manager_with(lru_reg(), hybrid_reg())
     server = create_server(manager, ServiceMetrics(manager), "127.0.0.1:0").start()
     client = OptimizerClient(f"127.0.0.1:{server.port}", timeout=5.0)
+    client.address = f"127.0.0.1:{server.port}"  # for the CLI
     try:
         yield manager, client
     finally:
@@ -303,6 +307,9 @@ def test_rpc_answers_and_errors_travel_in_the_header(live):
 
 
 def test_online_curve_equals_offline_replay_and_curve(live, tmp_path: Path, capsys):
+    """The RPC's corners equal `litehit replay` + `litehit curve` of the same queries, and
+    `litehit curve --server` prints the very table and CSV the ledger gives (also when the
+    curve arrives as samples: every printed number is fetched exactly)."""
     manager, client = live
     rng = random.Random(12)
     trace = tree_trace(rng, 400, max_new=6, min_new=1)
@@ -340,3 +347,51 @@ def test_online_curve_equals_offline_replay_and_curve(live, tmp_path: Path, caps
     assert online.corners_complete
     assert [(p.capacity_bytes, p.hit_tokens) for p in online.points] == offline
     assert len(offline) > 50
+
+    assert main(["curve", facts, "--no-png"]) == 0
+    offline_table = capsys.readouterr().out
+    address = client.address
+    live_csv = tmp_path / "live.csv"
+    live_png = tmp_path / "live.png"
+    code = main(["curve", "--server", address, "--instance", "i", "--csv", str(live_csv),
+                 "-o", str(live_png)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out == offline_table
+    assert live_csv.read_text() == out_csv.read_text()
+    assert live_png.stat().st_size > 10_000
+    assert err.startswith("curve: 400 requests, 1 instances, ")
+    # a curve longer than the points asked for: samples plus exact values where it is read
+    sampled = fetch_live_curve(client, "i", max_points=20)
+    assert not sampled.exact_everywhere and len(sampled.answer.points) == 20
+    assert format_table([sampled.curve]) == offline_table
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["curve", "--server", "127.0.0.1:1", "--no-png"], "--server needs --instance ID"),
+        (["curve", "f.csv", "--server", "h:1", "--instance", "i", "--no-png"], "not both"),
+        (["curve", "--no-png"], "FACTS.csv is required (or --server HOST:PORT --instance ID"),
+        (["curve", "f.csv", "--no-png", "--timeout", "3"], "only apply with --server"),
+    ],
+)
+def test_curve_server_usage_errors(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("litehit curve: error: ") and message in err
+
+
+def test_curve_server_unknown_instance_and_unreachable_server(live, tmp_path: Path, capsys):
+    _, client = live
+    png = tmp_path / "x.png"
+    assert main(["curve", "--server", client.address, "--instance", "zz", "-o", str(png)]) == 2
+    assert "instance_id 'zz' is not registered" in capsys.readouterr().err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
+        code = main(["curve", "--server", dead, "--instance", "i", "--timeout", "0.5",
+                     "--no-png"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and f"litehit curve: error: {dead} unreachable" in err
+    assert not png.exists() and not list(tmp_path.iterdir())

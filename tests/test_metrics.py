@@ -84,6 +84,7 @@ def test_values_after_worked_example() -> None:
     manager, metrics = setup()
     for keys, tokens in WORKED:
         manager.trace_query("i1", keys, tokens)
+    manager.hit_rate_curve("i1")  # folds the curve's buffer: the memory figure is steady
     values = samples(metrics)
     memory = manager.list_instances()[0].debug_info.memory_usage_bytes
     assert values[("litehit_memory_bytes", lab())] == memory > 0
@@ -104,7 +105,27 @@ def test_values_after_worked_example() -> None:
         ("litehit_ttl_expired_blocks_total", lab()): 0,
         ("litehit_dropped_blocks_total", lab()): 0,
         ("litehit_max_tracked_blocks", lab()): 0,
+        **curve_series(),
     }
+
+
+def curve_series(instance_id: str = "i1", hits=(16, 28, 28, 32), targets=None) -> dict:
+    """The live-curve series of the worked example: 16 grid capacities from 1 block to 16x
+    the largest slot (48 blocks), hit tokens there, capacities for the targets, 4 corners."""
+    grid_blocks = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 17, 22, 29, 37, 48]
+    out: dict[tuple, float] = {}
+    base = {"instance_group": "g", "instance_id": instance_id}
+    for c in grid_blocks:
+        label = tuple(sorted({**base, "capacity_bytes": str(c * 1024)}.items()))
+        out[("litehit_curve_hit_tokens_total", label)] = hits[min(c, len(hits)) - 1]
+    # 8 theoretical blocks: 0.5 -> 4 blocks at 1 block; 0.8 -> 7 at 2; 0.9+ -> 8 at 4
+    targets = targets or {"0.5": 1024, "0.8": 2048, "0.9": 4096, "0.95": 4096, "0.99": 4096}
+    for target, nbytes in targets.items():
+        label = tuple(sorted({**base, "target": target}.items()))
+        out[("litehit_capacity_for_target_bytes", label)] = nbytes
+    out[("litehit_curve_corners", lab(instance_id))] = 4 if hits[-1] else 0
+    out[("litehit_curve_resolution_bytes", lab(instance_id))] = 1024
+    return out
 
 
 def test_family_types() -> None:
@@ -131,6 +152,10 @@ def test_family_types() -> None:
         "litehit_dropped_blocks": "counter",
         "litehit_max_tracked_blocks": "gauge",
         "litehit_instances": "gauge",
+        "litehit_curve_hit_tokens": "counter",
+        "litehit_capacity_for_target_bytes": "gauge",
+        "litehit_curve_corners": "gauge",
+        "litehit_curve_resolution_bytes": "gauge",
         "litehit_trace_query_duration_seconds": "histogram",
         "litehit_errors": "counter",
         "litehit_instance_replacements": "counter",
@@ -186,6 +211,9 @@ def test_reset_zeroes_series() -> None:
         ("litehit_ttl_expired_blocks_total", lab()): 0,
         ("litehit_dropped_blocks_total", lab()): 0,
         ("litehit_max_tracked_blocks", lab()): 0,
+        **curve_series(
+            hits=(0, 0, 0, 0), targets=dict.fromkeys(("0.5", "0.8", "0.9", "0.95", "0.99"), 0)
+        ),
     }
 
 

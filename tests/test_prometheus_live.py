@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from oracle import NaiveLRU, tree_trace
 from serve_process import ServeProcess
 
 from litehit_service.client import OptimizerClient
@@ -192,9 +194,58 @@ def test_prometheus_scrapes_litehit(litehit_server, tmp_path):
         ]
         latency = scalar('sum(litehit_trace_query_duration_seconds_count{method="TraceQuery"})')
         assert latency == 6
+        _check_curve_windows(base, grpc_addr, scalar)
     finally:
         prom.terminate()
         try:
             prom.wait(timeout=20)
         except subprocess.TimeoutExpired:
             prom.kill()
+
+
+WORKED_KEYS = [[1, 2, 3], [1, 2, 4], [1, 2, 3], [1, 5], [1, 5]]
+
+
+def _check_curve_windows(base: str, grpc_addr: str, scalar) -> None:
+    """Send a second batch of queries; each grid counter of the live curve grows by exactly
+    that batch's hits at its capacity (a naive LRU per capacity, continuing from the worked
+    example), read through PromQL as the value now minus the value before the batch."""
+    grid = [int(r["metric"]["capacity_bytes"]) for r in
+            _query(base, 'litehit_curve_hit_tokens_total{instance_id="i1"}')]  # fmt: skip
+    assert len(grid) == 16 and min(grid) == 1024  # one block to --max-tracked-blocks
+    before = time.time()
+    time.sleep(1.5)  # a scrape lands between "before" and the batch
+    batch = tree_trace(random.Random(21), 150, max_new=6, min_new=1)
+    batch = [[k + 100 for k in keys] for keys in batch]
+    with OptimizerClient(grpc_addr) as client:
+        for keys in batch:
+            client.trace_query("i1", keys, 4 * len(keys))
+    deadline = time.monotonic() + 30
+    while scalar('litehit_trace_queries_total{instance_id="i1"}') != 5 + len(batch):
+        assert time.monotonic() < deadline, "Prometheus never scraped the second batch"
+        time.sleep(0.5)
+    rows = _query(
+        base,
+        f'litehit_curve_hit_tokens_total{{instance_id="i1"}}'
+        f' - litehit_curve_hit_tokens_total{{instance_id="i1"}} @ {before:.3f}',
+    )
+    got = {int(r["metric"]["capacity_bytes"]): float(r["value"][1]) for r in rows}
+    assert sorted(got) == sorted(grid)
+    for nbytes in grid:
+        lru = NaiveLRU(nbytes // 1024)
+        for keys in WORKED_KEYS:
+            lru.request(keys)
+        want = sum(lru.request(keys) for keys in batch) * 4
+        assert got[nbytes] == want, nbytes
+    assert max(got.values()) > 0
+    # the dashboard's windowed curve: hit rate per capacity over a window
+    window = _query(
+        base,
+        'rate(litehit_curve_hit_tokens_total{instance_id="i1"}[1m])'
+        " / ignoring(capacity_bytes) group_left"
+        ' rate(litehit_input_tokens_total{instance_id="i1"}[1m])',
+    )
+    assert len(window) == 16
+    assert all(0 <= float(r["value"][1]) <= 1 for r in window)
+    target = scalar('litehit_capacity_for_target_bytes{instance_id="i1", target="0.9"}')
+    assert target > 0 and target % 1024 == 0

@@ -127,3 +127,18 @@ def test_hybrid_section_example_and_worked_table_hold():
     assert "24/80 tokens at 4096 bytes, 36/80 at 8192, 48/80 unlimited" in section
     summary = {s.instance_id: s for s in manager.list_instances()}["w"]
     assert [c.total_hits * 4 for c in summary.capacity_summaries] == [24, 36]
+
+
+def test_every_serve_flag_is_in_the_configuration_table():
+    """Walks the real option list of `litehit serve`: each flag and its variable are a row."""
+    from litehit_service.commands.serve import _OPTIONS
+
+    section = README[README.index("## Configuration") :]
+    table = section[: section.index("\n\n", section.index("| flag |"))]
+    rows = {
+        line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| `")
+    }
+    for option in _OPTIONS:
+        names = [k for k in rows if f"`{option.flag}`" in k]
+        assert names, f"README configuration table lacks {option.flag}"
+        assert f"`{option.env}`" in rows[names[0]], option.env

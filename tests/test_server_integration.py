@@ -699,6 +699,7 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
     setup_example(client)
     for keys, tokens in WORKED_EXAMPLE:
         client.trace_query("inst", keys, tokens)
+    live.manager.hit_rate_curve("inst")  # folds the curve's buffer: memory stays as printed
     args = argparse.Namespace(server=live.target, group="", json=False, timeout=5.0, tls_ca=None)
     assert instances_cmd.run(args) == 0
     memory = instances_cmd.format_bytes(
@@ -714,6 +715,8 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
         "1",
         "29.63%",
         "59.26%",
+        "4.0",  # 90 % of the 8 theoretical blocks needs all 8: 4 blocks = 4.0 KiB
+        "KiB",
         "5",
         *memory.split(),
     ]
@@ -731,6 +734,7 @@ def test_instances_table_and_json(live: Live, client: OptimizerClient, capsys):
     assert inst["theoretical"] == {"total_max_hits": 8, "max_hit_rate": 32 / 54}
     assert (inst["total_queries"], inst["total_input_tokens"], inst["unique_blocks"]) == (5, 54, 5)
     assert (inst["block_size"], inst["linear_step"]) == (4, 0)
+    assert inst["capacity_for_90_percent_bytes"] == 4096
 
     assert litehit_main(["instances", "--server", live.target, "--group", "nope"]) == 2
     assert capsys.readouterr().err == (

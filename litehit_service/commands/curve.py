@@ -1,4 +1,6 @@
-"""``litehit curve``: the exact token hit rate at EVERY capacity, per instance, from facts.
+"""``litehit curve``: the exact token hit rate at EVERY capacity, per instance, from facts
+or, with ``--server HOST:PORT --instance ID``, of a running instance (GetHitRateCurve; see
+:mod:`litehit_service.live`), rendered the same way.
 
 Reads a facts ledger once, builds one exact curve per instance with the core's
 accumulator (no capacity sweep; see :mod:`litehit_service.curve`), then writes
@@ -6,7 +8,8 @@ accumulator (no capacity sweep; see :mod:`litehit_service.curve`), then writes
 - a PNG (``-o``): one line per instance, capacity in GiB on a log axis (``--linear`` for
   a linear one), the theoretical maximum dashed, the 90/95/99%-of-max points labelled;
 - the full breakpoint list as CSV (``--csv``): ``instance_id, capacity_blocks,
-  capacity_gb, hit_tokens, hit_rate``;
+  capacity_bytes, capacity_gb, hit_tokens, hit_rate`` (a live curve of more than 100,000
+  corners: its exact samples);
 - a text table on stdout: ~30 log-spaced capacities plus the marked points.
 
 All or nothing: files are written to ``<path>.<pid>.tmp`` and renamed only when everything
@@ -36,7 +39,16 @@ def register(subparsers: Any) -> None:
             "Files are published atomically; on error nothing is written and the exit code is 2."
         ),
     )
-    p.add_argument("facts", metavar="FACTS.csv", help="facts ledger (litehit_facts.csv)")
+    p.add_argument("facts", metavar="FACTS.csv", nargs="?", help="facts ledger (litehit_facts.csv)")
+    p.add_argument(
+        "--server",
+        metavar="HOST:PORT",
+        help="draw the live curve of --instance on this server (GetHitRateCurve) instead",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="--server: seconds per call (default 30)"
+    )
+    p.add_argument("--tls-ca", default=None, help="--server: PEM CA certificate (enables TLS)")
     p.add_argument(
         "-o",
         "--output",
@@ -54,6 +66,14 @@ def register(subparsers: Any) -> None:
 
 
 def _option_error(args: argparse.Namespace) -> str | None:
+    if args.server is not None and args.facts is not None:
+        return "give FACTS.csv or --server, not both"
+    if args.server is None and args.facts is None:
+        return "FACTS.csv is required (or --server HOST:PORT --instance ID for a live curve)"
+    if args.server is not None and not args.instance:
+        return "--server needs --instance ID (the live curve of one instance)"
+    if args.server is None and (args.tls_ca is not None or args.timeout != 30.0):
+        return "--timeout and --tls-ca only apply with --server"
     if args.no_png and args.output is not None:
         return "-o/--output and --no-png contradict each other; drop one"
     if not args.no_png and args.output is None:
@@ -62,7 +82,7 @@ def _option_error(args: argparse.Namespace) -> str | None:
         return "--linear only affects the PNG, which --no-png skips"
     outputs = [p for p in (args.output, args.csv) if p is not None]
     real = [os.path.realpath(p) for p in outputs]
-    if os.path.realpath(args.facts) in real:
+    if args.facts is not None and os.path.realpath(args.facts) in real:
         return f"an output file is the facts file {args.facts!r}"
     if len(set(real)) != len(real):
         return "-o and --csv must be different files"
@@ -78,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     problem = _option_error(args)
     if problem is not None:
         raise UsageError(problem)
+    if args.server is not None:
+        return _run_live(args)
     result = run_curve(
         args.facts,
         args.output,
@@ -89,4 +111,45 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(result.table)
     sys.stdout.flush()
     print(result.summary_line(), file=sys.stderr)
+    return 0
+
+
+def _run_live(args: argparse.Namespace) -> int:
+    """``--server``: fetch the live curve of ``args.instance`` and render it like a ledger's
+    (a transport failure is exit 1, an unknown instance exit 2, decided by the CLI)."""
+    import time
+
+    import grpc
+
+    from litehit_service.client import OptimizerClient
+    from litehit_service.commands import CommandFailed, rpc_detail
+    from litehit_service.live import fetch_live_curve
+    from litehit_service.offline.curve import format_table, render_curves
+    from litehit_service.offline.outputs import run_line
+
+    started = time.perf_counter()
+    fetched = []
+
+    def build() -> list:
+        try:
+            with OptimizerClient(args.server, timeout=args.timeout, tls_ca=args.tls_ca) as c:
+                fetched.append(fetch_live_curve(c, args.instance))
+        except grpc.RpcError as exc:
+            raise CommandFailed(f"{args.server} unreachable: {rpc_detail(exc)}") from None
+        return [fetched[0].curve]
+
+    title = f"Exact LRU prefix-cache hit rate, live: {args.instance} on {args.server}"
+    curves, outputs = render_curves(build, args.output, args.csv, linear=args.linear, title=title)
+    sys.stdout.write(format_table(curves))
+    live = fetched[0]
+    if not live.exact_everywhere:
+        sys.stdout.write(
+            f"(the curve has {live.answer.corners} corners: drawn through "
+            f"{len(live.answer.points)} exact samples; every number above is exact)\n"
+        )
+    sys.stdout.flush()
+    dest = ", ".join(outputs) if outputs else "table only"
+    requests = live.answer.total_queries
+    elapsed = time.perf_counter() - started
+    print(run_line("curve", requests, "requests", "1 instances", elapsed, dest), file=sys.stderr)
     return 0

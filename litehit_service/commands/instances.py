@@ -1,7 +1,8 @@
 """``litehit instances``: print every instance's hit rates per capacity from a live server.
 
-One row per capacity slot; the instance's columns (group, queries, theoretical maximum,
-unique blocks, memory) are shown on its first row. ``--json`` prints the same data as JSON.
+One row per capacity slot; the instance's columns (group, queries, theoretical maximum, the
+capacity reaching 90 % of the theoretical hits on its exact live curve, unique blocks,
+memory) are shown on its first row. ``--json`` prints the same data as JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ COLUMNS = (
     "CAPACITY_BLOCKS",
     "HIT_RATE",
     "THEORETICAL",
+    "FOR_90%",
     "UNIQUE_BLOCKS",
     "MEMORY",
 )
@@ -63,17 +65,24 @@ def format_bytes(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-def table_rows(response: pb2.OptimizerListInstancesResponse) -> list[tuple[str, ...]]:
-    """The table body: one row per capacity slot of every instance (instance columns once)."""
+def table_rows(
+    response: pb2.OptimizerListInstancesResponse, for_90: dict[str, int | None] | None = None
+) -> list[tuple[str, ...]]:
+    """The table body: one row per capacity slot of every instance (instance columns once).
+    ``for_90``: instance_id -> bytes reaching 90 % of its theoretical hits (None: no hits
+    yet, or unknown)."""
     rows: list[tuple[str, ...]] = []
+    for_90 = for_90 or {}
     for inst in response.instances:
         theo = inst.theoretical_summary
         theoretical = "off" if theo.total_max_hits < 0 else format_percent(theo.max_hit_rate)
+        needed = for_90.get(inst.instance_id)
         head = (
             inst.instance_id,
             inst.instance_group,
             str(inst.total_queries),
             theoretical,
+            "-" if needed is None else format_bytes(needed),
             str(inst.debug_info.unique_keys),
             format_bytes(inst.debug_info.memory_usage_bytes),
         )
@@ -94,9 +103,11 @@ def table_rows(response: pb2.OptimizerListInstancesResponse) -> list[tuple[str, 
     return rows
 
 
-def format_table(response: pb2.OptimizerListInstancesResponse) -> str:
+def format_table(
+    response: pb2.OptimizerListInstancesResponse, for_90: dict[str, int | None] | None = None
+) -> str:
     """The whole table as text with aligned columns (left-aligned names, right numbers)."""
-    rows = [COLUMNS, *table_rows(response)]
+    rows = [COLUMNS, *table_rows(response, for_90)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     left = {0, 1}
     lines = []
@@ -109,9 +120,13 @@ def format_table(response: pb2.OptimizerListInstancesResponse) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(response: pb2.OptimizerListInstancesResponse) -> dict[str, Any]:
-    """Plain JSON-ready data (integers stay integers; theoretical None when off)."""
+def to_json(
+    response: pb2.OptimizerListInstancesResponse, for_90: dict[str, int | None] | None = None
+) -> dict[str, Any]:
+    """Plain JSON-ready data (integers stay integers; theoretical None when off;
+    ``capacity_for_90_percent_bytes`` None without hits)."""
     out = []
+    for_90 = for_90 or {}
     for inst in response.instances:
         theo = inst.theoretical_summary
         debug = inst.debug_info
@@ -134,6 +149,7 @@ def to_json(response: pb2.OptimizerListInstancesResponse) -> dict[str, Any]:
                 "theoretical": None
                 if theo.total_max_hits < 0
                 else {"total_max_hits": theo.total_max_hits, "max_hit_rate": theo.max_hit_rate},
+                "capacity_for_90_percent_bytes": for_90.get(inst.instance_id),
                 "block_size": debug.block_size,
                 "linear_step": debug.linear_step,
                 "unique_blocks": debug.unique_keys,
@@ -155,12 +171,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         with OptimizerClient(args.server, timeout=args.timeout, tls_ca=args.tls_ca) as client:
             response = client.list_instances(args.group)  # an error status raises its type
+            for_90 = {
+                inst.instance_id: _for_90(client, inst.instance_id) for inst in response.instances
+            }
     except grpc.RpcError as exc:
         raise CommandFailed(f"{args.server} unreachable: {rpc_detail(exc)}") from None
     if args.json:
-        print(json.dumps(to_json(response), indent=2))
+        print(json.dumps(to_json(response, for_90), indent=2))
     elif not response.instances:
         print("no instances registered" + (f" in group {args.group!r}" if args.group else ""))
     else:
-        sys.stdout.write(format_table(response))
+        sys.stdout.write(format_table(response, for_90))
     return 0
+
+
+def _for_90(client: Any, instance_id: str) -> int | None:
+    """Bytes reaching 90 % of the instance's theoretical hits on its live curve; None
+    without hits or when the instance went away meanwhile. One small GetHitRateCurve."""
+    from litehit_service import messages as pb2
+
+    answer = client.get_hit_rate_curve(instance_id, [0.0], [0.9], check=False)
+    if answer.header.status.code != pb2.OK or not answer.theoretical_hit_tokens:
+        return None
+    return int(answer.capacity_for_targets[0].capacity_bytes)

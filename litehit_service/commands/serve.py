@@ -52,6 +52,15 @@ def _address(text: str) -> str:
     return text
 
 
+def _grid_points(text: str) -> int:
+    from litehit_service.metrics import MAX_CURVE_GRID_POINTS
+
+    value = int(text)
+    if not 0 <= value <= MAX_CURVE_GRID_POINTS:
+        raise ValueError(f"must be in 0..{MAX_CURVE_GRID_POINTS}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -106,6 +115,9 @@ _OPTIONS = (
             _non_negative_float,
             "write every instance's state to DATA_DIR/state this often (0 = only at stop)",
             "SECONDS"),
+    _Option("--curve-grid-points", "LITEHIT_CURVE_GRID_POINTS", 16, _grid_points,
+            "capacities per instance of litehit_curve_hit_tokens_total, log-spaced from one "
+            "block to --max-tracked-blocks (0 = no such series)", "N"),
     _Option("--grace-seconds", "LITEHIT_GRACE_SECONDS", 10.0, _non_negative_float,
             "on SIGTERM/SIGINT, time streams and calls get to finish; the process exits "
             "within this + 5 s", "SECONDS"),
@@ -193,5 +205,6 @@ def run(args: argparse.Namespace) -> int:
         max_tracked_blocks=values["max_tracked_blocks"],
         snapshot_interval_seconds=values["snapshot_interval_seconds"],
         grace_seconds=values["grace_seconds"],
+        curve_grid_points=values["curve_grid_points"],
     )
     return serve(config)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -368,24 +368,38 @@ def run_curve(
     or a line longer than ``max_line_bytes`` bytes) or :class:`CurveError`. O(facts) +
     O(B log B) per instance + the PNG."""
     started = time.perf_counter()
-    outputs = tuple(p for p in (png, csv_path) if p is not None)
     counter = [0]
-    with atomic_outputs(outputs):
+
+    def build() -> list[InstanceCurve]:
         facts = read_facts(facts_path, max_line_bytes=max_line_bytes)
-        rows = progress(_counted(facts, counter), "req")
-        curves = build_curves(rows, instance_id)
-        if csv_path is not None:
-            write_breakpoints_csv(curves, csv_path)
-        if png is not None:
-            plot_curves(
-                curves,
-                png,
-                linear=linear,
-                title=f"Exact LRU prefix-cache hit rate: {os.path.basename(facts_path)}",
-            )
+        return build_curves(progress(_counted(facts, counter), "req"), instance_id)
+
+    title = f"Exact LRU prefix-cache hit rate: {os.path.basename(facts_path)}"
+    curves, outputs = render_curves(build, png, csv_path, linear=linear, title=title)
     return CurveRun(
         curves, format_table(curves), counter[0], time.perf_counter() - started, outputs
     )
+
+
+def render_curves(
+    build: Callable[[], list[InstanceCurve]],
+    png: str | None,
+    csv_path: str | None,
+    *,
+    linear: bool = False,
+    title: str = "",
+) -> tuple[list[InstanceCurve], tuple[str, ...]]:
+    """``build()`` the curves, then write the breakpoint CSV and the PNG, all or nothing
+    (nothing is published if building or writing fails): the one output path of ``litehit
+    curve``, from a ledger or from a server. Returns the curves and the files written."""
+    outputs = tuple(p for p in (png, csv_path) if p is not None)
+    with atomic_outputs(outputs):
+        curves = build()
+        if csv_path is not None:
+            write_breakpoints_csv(curves, csv_path)
+        if png is not None:
+            plot_curves(curves, png, linear=linear, title=title)
+    return curves, outputs
 
 
 def _counted(rows: Iterable[FactRow], counter: list[int]) -> Iterator[FactRow]:
