@@ -31,9 +31,10 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
 
+from litehit_core import InstanceCurve  # noqa: E402
 from litehit_service import messages as pb2  # noqa: E402
 from litehit_service.client import OptimizerClient  # noqa: E402
-from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
+from litehit_service.manager import InstanceState, OnlineOptimizerManager  # noqa: E402
 from litehit_service.metrics import ServiceMetrics  # noqa: E402
 from litehit_service.model import (  # noqa: E402
     InstanceGroup,
@@ -132,6 +133,7 @@ def main() -> int:
     manager_s, expect = best_of(run_manager, args.repeat)
     servicer_s, _ = best_of(run_servicer, args.repeat)
     in_process, in_servicer = n / manager_s, n / servicer_s
+    curve = live_curve_cost(run_manager, fresh_manager, reqs, args.repeat)
 
     with tempfile.TemporaryDirectory() as data_dir:
         proc, addr = start_server(data_dir)
@@ -185,7 +187,47 @@ def main() -> int:
           f"({streamed / in_process:.0%} of in-process); totals equal in-process: yes")  # fmt: skip
     print(f"unary TraceQuery at {args.unary_rate:.0f}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
           f"({len(lat)} calls)")  # fmt: skip
+    print(curve)
     return 0
+
+
+def live_curve_cost(
+    run_manager: Callable[[], list[int]],
+    fresh_manager: Callable[[], OnlineOptimizerManager],
+    reqs: list[tuple[list[int], int]],
+    repeat: int,
+) -> str:
+    """What keeping the live curve costs: the in-process manager with the curve and with
+    each instance's curve add made a no-op (runs interleaved, best of ``repeat`` each), and the
+    curve's bytes per corner after the trace (merged arrays; the append buffer adds at most
+    1/8 of the arrays' size between merges)."""
+    with_curve, without = [], []
+    real = InstanceState.set_curve
+
+    def no_curve(state: InstanceState, curve: InstanceCurve) -> None:
+        real(state, curve)
+        state.add_to_curve = lambda hit_curve: None
+
+    for _ in range(repeat):
+        with_curve.append(best_of(run_manager, 1)[0])
+        InstanceState.set_curve = no_curve  # type: ignore[method-assign]
+        try:
+            without.append(best_of(run_manager, 1)[0])
+        finally:
+            InstanceState.set_curve = real  # type: ignore[method-assign]
+    n = len(reqs)
+    on, off = min(with_curve), min(without)
+    manager = fresh_manager()
+    for keys, tokens in reqs:
+        manager.trace_query("bench-0", keys, tokens)
+    ((_, view),) = manager.curve_views()
+    corners = view.corners()
+    return (
+        f"live curve: {on * 1e6 / n:.2f} us/query with it, {off * 1e6 / n:.2f} without "
+        f"(+{(on - off) * 1e6 / n:.2f} us = {on / off - 1:+.1%} CPU, best of {repeat} each); "
+        f"{corners:,} corners in {view.memory_bytes():,} bytes = "
+        f"{view.memory_bytes() / max(corners, 1):.1f} B/corner"
+    )
 
 
 if __name__ == "__main__":

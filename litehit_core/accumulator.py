@@ -38,11 +38,21 @@ from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
 
 __all__ = ["CurvePoint", "HitCurveAccumulator"]
 
-_MIN_BUFFER = 1024
+_MIN_BUFFER = 8192
+_BUFFER_SHARE = 2
 _INT32 = (1 << 31) - 1
 _EMPTY = np.zeros(0, np.int64)
 _EMPTY.flags.writeable = False
 KINDS = ("ramps", "steps")
+
+
+def _summed(pos: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``pos`` with duplicates folded: unique positions and their summed values.
+    O(n)."""
+    if len(pos) < 2:
+        return pos, val
+    starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
+    return pos[starts], np.add.reduceat(val, starts)
 
 
 class CurvePoint(NamedTuple):
@@ -76,12 +86,14 @@ class HitCurveAccumulator:
     __slots__ = (
         "_pos",
         "_val",
+        "_unit",
         "_bp",
         "_bv",
         "_limit",
         "_cx",
         "_ch",
         "_frozen",
+        "_open",
         "kind",
         "scale",
         "max_corners",
@@ -103,16 +115,19 @@ class HitCurveAccumulator:
         self.input_tokens = 0
         self._pos: np.ndarray = _EMPTY
         self._val: np.ndarray = _EMPTY
-        self._bp = array("q")
-        self._bv = array("q")
+        self._unit = array("q")  # ramps of weight 1: +s for +1 at s, -(s + r) for -1 at s + r
+        self._bp = array("q")  # any other change: its position ...
+        self._bv = array("q")  # ... and its value
         self._limit = _MIN_BUFFER
         self._cx: np.ndarray | None = None
         self._ch: np.ndarray | None = None
         self._frozen = False
+        self._open: str | None = None  # the kind adds may use without checks
 
     # ------------------------------------------------------------------ adding
 
     def _begin(self, kind: str) -> None:
+        """Check that ``kind`` may be added (not frozen, not mixed) and open for it."""
         if self._frozen:
             raise InvalidRequestError("this accumulator is a frozen view; add to its source")
         if self.kind is None:
@@ -121,13 +136,29 @@ class HitCurveAccumulator:
             self.kind = kind
         elif self.kind != kind:
             raise InvalidRequestError(f"cannot add {kind} to an accumulator of {self.kind}")
+        self._open = kind
 
     def add_curve(self, hit_curve: Sequence[HitCurveSegment], weight: int = 1) -> None:
         """Add one request's ramps, each hit block counting ``weight``. O(segments)
-        amortised."""
-        if self.kind != "ramps" or self._frozen:
-            self._begin("ramps")
+        amortised; weight 1 (the service's case) is the fast path: one signed entry per
+        slope change, nothing else touched."""
         if not hit_curve:
+            return
+        if self._open != "ramps" or weight != 1:
+            self._add_weighted(hit_curve, weight)
+            return
+        unit = self._unit
+        for s, r in hit_curve:
+            unit.append(s)
+            unit.append(-s - r)
+        if len(unit) >= self._limit:
+            self._merge()
+
+    def _add_weighted(self, hit_curve: Sequence[HitCurveSegment], weight: int) -> None:
+        if self._open != "ramps":
+            self._begin("ramps")
+        if weight == 1:
+            self.add_curve(hit_curve)
             return
         bp, bv = self._bp, self._bv
         for s, r in hit_curve:
@@ -135,7 +166,6 @@ class HitCurveAccumulator:
             bp.append(s + r)
             bv.append(weight)
             bv.append(-weight)
-        self._cx = None
         if len(bp) >= self._limit:
             self._merge()
 
@@ -143,10 +173,10 @@ class HitCurveAccumulator:
         """Add one request's staircase (corners ``(threshold, hit blocks)``, both strictly
         increasing, thresholds >= 1), each hit block counting ``weight``. O(corners)
         amortised."""
-        if self.kind != "steps" or self._frozen:
-            self._begin("steps")
         if not steps:
             return
+        if self._open != "steps":
+            self._begin("steps")
         bp, bv = self._bp, self._bv
         scale = self.scale
         previous = 0
@@ -154,7 +184,6 @@ class HitCurveAccumulator:
             bp.append(threshold if scale == 1 else -(-threshold // scale))
             bv.append((hits - previous) * weight)
             previous = hits
-        self._cx = None
         if len(bp) >= self._limit:
             self._merge()
 
@@ -173,25 +202,31 @@ class HitCurveAccumulator:
     def _merge(self) -> None:
         """Fold the buffer into the sorted arrays (new arrays; old ones stay valid).
         O(B + b log b) for B positions and b buffered entries."""
-        if not self._bp:
+        if not self._bp and not self._unit:
             return
-        pos = np.concatenate((self._pos, np.frombuffer(self._bp, np.int64)))
-        val = np.concatenate((self._val, np.frombuffer(self._bv, np.int64)))
-        self._bp, self._bv = array("q"), array("q")
-        order = np.argsort(pos, kind="stable")  # sorted head + unsorted tail: ~linear
-        pos, val = pos[order], val[order]
-        starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
-        pos, val = pos[starts], np.add.reduceat(val, starts) if len(val) else val
+        unit = np.frombuffer(self._unit, np.int64)
+        add_pos = np.concatenate((np.frombuffer(self._bp, np.int64), np.abs(unit)))
+        add_val = np.concatenate((np.frombuffer(self._bv, np.int64), np.sign(unit)))
+        self._unit, self._bp, self._bv = array("q"), array("q"), array("q")
+        self._cx = None
+        order = np.argsort(add_pos)  # only the buffer is sorted: O(b log b)
+        add_pos, add_val = _summed(add_pos[order], add_val[order])
+        pos, val = self._pos.astype(np.int64), self._val.astype(np.int64)  # copies
+        at = np.searchsorted(pos, add_pos)
+        there = at < len(pos)
+        there[there] = pos[at[there]] == add_pos[there]
+        val[at[there]] += add_val[there]  # positions present: add in place (unique)
+        fresh = ~there
+        pos = np.insert(pos, at[fresh], add_pos[fresh])  # O(B + b)
+        val = np.insert(val, at[fresh], add_val[fresh])
         keep = val != 0
         pos, val = pos[keep], val[keep]
         if self.kind == "steps" and self.max_corners:
             while len(pos) > self.max_corners:  # coarsen: exact at multiples of the scale
-                pos = -(-pos // 2)
-                starts = np.flatnonzero(np.concatenate(([True], pos[1:] != pos[:-1])))
-                pos, val = pos[starts], np.add.reduceat(val, starts)
+                pos, val = _summed(-(-pos // 2), val)
                 self.scale *= 2
         self._pos, self._val = _narrow(pos), _narrow(val)
-        self._limit = max(_MIN_BUFFER, len(pos) // 8)
+        self._limit = max(_MIN_BUFFER, len(pos) // _BUFFER_SHARE)
 
     # ----------------------------------------------------------------- reading
 
@@ -241,7 +276,7 @@ class HitCurveAccumulator:
             raise InvalidRequestError("positions must be >= 1 and strictly increasing")
         acc.kind = kind
         acc._pos, acc._val = _narrow(pos.astype(np.int64)), _narrow(val.astype(np.int64))
-        acc._limit = max(_MIN_BUFFER, len(pos) // 8)
+        acc._limit = max(_MIN_BUFFER, len(pos) // _BUFFER_SHARE)
         return acc
 
     @classmethod
@@ -269,8 +304,9 @@ class HitCurveAccumulator:
 
     def _points(self) -> tuple[np.ndarray, np.ndarray]:
         """(capacities, hits): int64 arrays of the breakpoints, cached until an add."""
+        if self._unit or self._bp:
+            self._merge()  # the cache is stale while anything is buffered
         if self._cx is None:
-            self._merge()
             pos = self._pos.astype(np.int64) * self.scale
             val = self._val.astype(np.int64)
             if self.kind == "steps":
@@ -351,7 +387,7 @@ class HitCurveAccumulator:
 
     def memory_bytes(self) -> int:
         """Bytes of the arrays and the buffer (what the accumulator holds). O(1)."""
-        buffered = (len(self._bp) + len(self._bv)) * 8
+        buffered = (len(self._unit) + len(self._bp) + len(self._bv)) * 8
         return self._pos.nbytes + self._val.nbytes + buffered
 
     def _check(self) -> None:

@@ -17,6 +17,7 @@ while the resolution is that gcd.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -129,6 +130,14 @@ class InstanceCurve:
             self.accumulator.add_curve(hit_curve)  # type: ignore[arg-type]
         self.requests += 1
         self.input_tokens += input_tokens
+
+    @property
+    def add_fact_curve(self) -> Callable[[tuple], None]:
+        """The accumulator's own add for this model's fact curves (ramps or steps), bound:
+        the service's hot path. It adds the curve only; ``requests`` and ``input_tokens``
+        are the caller's to keep. O(1)."""
+        acc = self.accumulator
+        return acc.add_steps if self._steps else acc.add_curve
 
     def frozen(self) -> InstanceCurve:
         """An immutable copy of the curve as it is now, readable without this curve's lock

@@ -125,6 +125,7 @@ class InstanceState:
         "total_hits",
         "total_max_hits",
         "curve",
+        "add_to_curve",
     )
 
     def __init__(
@@ -164,7 +165,19 @@ class InstanceState:
         self.total_input_tokens = 0
         self.total_hits = [0] * len(self.capacity_blocks)
         self.total_max_hits = 0
-        self.curve = self.new_curve()
+        self.set_curve(self.new_curve())
+
+    def set_curve(self, curve: InstanceCurve) -> None:
+        """Make ``curve`` the live curve (its add bound for the query path). O(1)."""
+        self.curve = curve
+        self.add_to_curve = curve.add_fact_curve
+
+    def curve_view(self) -> InstanceCurve:
+        """A frozen copy of the live curve with this instance's query and token counts;
+        call with ``lock`` held. O(1) after merging the curve's buffer."""
+        view = self.curve.frozen()
+        view.requests, view.input_tokens = self.total_queries, self.total_input_tokens
+        return view
 
     def new_curve(self, accumulator: HitCurveAccumulator | None = None) -> InstanceCurve:
         """An empty live curve for this instance (or one around ``accumulator``). O(1)."""
@@ -566,7 +579,7 @@ class OnlineOptimizerManager:
             state.total_queries += 1
             state.total_blocks_queried += fact.total_blocks
             state.total_input_tokens += tokens
-            state.curve.add(fact.hit_curve, tokens)
+            state.add_to_curve(fact.hit_curve)
         return fact, hits, unique, best, resident
 
     def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
@@ -618,7 +631,7 @@ class OnlineOptimizerManager:
             raise InvalidArgument(f"max_points must be in 0..{MAX_CURVE_POINTS}, got {max_points}")
         state = self._require_instance(instance_id)
         with state.lock:
-            view = state.curve.frozen()
+            view = state.curve_view()
         blocks = view.unit == "blocks"
         ub = view.unit_bytes
         cx, ch = view.points()
@@ -667,7 +680,7 @@ class OnlineOptimizerManager:
         out = []
         for state in states:
             with state.lock:
-                view = state.curve.frozen()
+                view = state.curve_view()
             out.append((state.info(), view))
         return out
 
@@ -955,8 +968,7 @@ def _restore_state(state: InstanceState, meta: dict[str, Any], arrays: dict[str,
             state.total_max_hits,
         ) = counters
         state.total_hits = hits
-        curve.requests, curve.input_tokens = state.total_queries, state.total_input_tokens
-        state.curve = curve
+        state.set_curve(curve)
 
 
 def _restored_curve(
