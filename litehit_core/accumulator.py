@@ -13,10 +13,12 @@ Two shapes of fact are summed, one per accumulator (its :attr:`~HitCurveAccumula
 
 Either way the state is two sorted numpy arrays (positions and values, one entry per
 distinct position: 8 to 16 bytes per corner, narrowed to int32 where the values fit) plus
-an append buffer merged in O(B + b log b) once it holds B/8 entries (at least 1,024), so an
-``add`` is O(segments) amortised and the memory is at most 1/8 above the arrays. Merges
-build new arrays and never write into old ones, so :meth:`~HitCurveAccumulator.frozen`
-hands out an immutable view in O(1) after the merge.
+an append buffer (8 bytes per slope change of a weight-1 ramp, 16 per other entry) merged
+in O(B + b log b) once it holds B/2 entries (at least 8,192: 64 KiB), so an ``add`` is
+O(segments) amortised and the buffer adds at most 4 bytes per corner for ramps (8 for
+steps) above the arrays. Measured on the Mooncake trace: 0.3-0.5 us per request, merges
+included. Merges build new arrays and never write into old ones, so
+:meth:`~HitCurveAccumulator.frozen` hands out an immutable view in O(1) after the merge.
 
 Positions are in the capacity unit of the facts (blocks for ramps, bytes or a coarser unit
 for steps). A steps accumulator with ``max_corners`` keeps at most that many positions by

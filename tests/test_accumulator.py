@@ -314,9 +314,12 @@ def test_memory_is_at_most_16_bytes_per_position_plus_an_eighth() -> None:
     assert len(pos) == 200_000
     assert pos.dtype == np.int32 and val.dtype == np.int32  # narrowed: 8 bytes per corner
     assert acc.memory_bytes() == 8 * 200_000
-    for d in range(2, 20_001, 2):  # more adds sit in the buffer until B/8 of them
-        acc.add_curve((S(d, 1),))
-    assert acc.memory_bytes() <= 8 * 200_000 + 16 * (200_000 // 8 + 2)
+    for d in range(2, 99_999, 2):  # more adds sit in the buffer until B/2 of them:
+        acc.add_curve((S(d, 1),))  # 8 bytes per slope change, 4 per corner at most
+    assert acc.memory_bytes() == 8 * 200_000 + 8 * 99_998  # 49,999 segments, not merged
+    assert acc.memory_bytes() <= 8 * 200_000 + 4 * 200_000
+    acc.add_curve((S(2, 1),))  # the 100,000th entry: merged (the positions existed)
+    assert acc.memory_bytes() == 8 * 200_000
     big = HitCurveAccumulator()
     big.add_curve((S(1, 1),), weight=1 << 40)
     assert big.arrays()[1].dtype == np.int64 and big.hits_at(1) == 1 << 40
