@@ -31,7 +31,7 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
 
-from litehit_core import InstanceCurve  # noqa: E402
+from litehit_core import HitCurveAccumulator, InstanceCurve  # noqa: E402
 from litehit_service import messages as pb2  # noqa: E402
 from litehit_service.client import OptimizerClient  # noqa: E402
 from litehit_service.manager import InstanceState, OnlineOptimizerManager  # noqa: E402
@@ -188,7 +188,34 @@ def main() -> int:
     print(f"unary TraceQuery at {args.unary_rate:.0f}/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms "
           f"({len(lat)} calls)")  # fmt: skip
     print(curve)
+    print(large_curve_memory())
     return 0
+
+
+def large_curve_memory(segments: int = 3_000_000, depth: int = 8_388_608) -> str:
+    """Bytes per corner of a curve with millions of corners (random ramps at depths up to
+    the default --max-tracked-blocks): the largest ratio seen while adding (the append
+    buffer at its fullest included, over the positions merged so far) and after the last
+    merge."""
+    import random
+
+    rng = random.Random(1)
+    acc = HitCurveAccumulator()
+    worst = 0.0
+    t0 = time.process_time()
+    for i in range(segments):
+        start = rng.randrange(1, depth)
+        acc.add_curve(((start, rng.randrange(1, 64)),))
+        if i % 50_000 == 49_999:  # merged positions so far (no merge forced): an upper bound
+            worst = max(worst, acc.memory_bytes() / max(len(acc._pos), 1))
+    elapsed = time.process_time() - t0
+    corners = acc.corners()
+    return (
+        f"large curve: {corners:,} corners after {segments:,} random ramps "
+        f"({elapsed * 1e6 / segments:.2f} us per add): "
+        f"{acc.memory_bytes() / corners:.1f} B/corner merged, at most {worst:.1f} B/corner "
+        "with the buffer"
+    )
 
 
 def live_curve_cost(

@@ -62,6 +62,7 @@ def test_grpcurl_examples_are_valid_requests(server):
         "RegisterInstance",
         "TraceQuery",
         "ListInstances",
+        "GetHitRateCurve",
     ]
     with OptimizerClient(server) as client:
         stub = pb2.OptimizerServiceStub(client.channel)
