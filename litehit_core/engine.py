@@ -8,10 +8,12 @@ the same spec describes (rule 2), so none of them knows which model it holds.
 
 Adding a model means: an engine class implementing :class:`ReplayEngine`, one entry in
 :data:`MODELS` (its name, the shape of its facts, the capacity unit they are in and how to
-build it from a spec), and the spec fields it needs. Two models: the full-attention LRU
-(:class:`~litehit_core.lite_hit.LiteHit`, ``"lru"``: ramps in blocks) and the hybrid
-linear-attention / Mamba LRU (:class:`~litehit_core.hybrid.HybridLRU`, ``"hybrid"``:
-staircases in bytes).
+build it from a spec), and the spec fields it needs. Three models: the full-attention LRU
+touching tail first (:class:`~litehit_core.lite_hit.LiteHit`, ``"lru"``: ramps in
+blocks), the same touching head first as LMCache does
+(:class:`~litehit_core.block_lru.BlockLRU`, ``"lru-head-first"``: staircases in blocks)
+and the hybrid linear-attention / Mamba LRU (:class:`~litehit_core.hybrid.HybridLRU`,
+``"hybrid"``: staircases in bytes).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from litehit_core.block_lru import BlockLRU
 from litehit_core.errors import InvalidRequestError
 from litehit_core.hybrid import HybridLRU
 from litehit_core.lite_hit import LiteHit
@@ -124,6 +127,12 @@ def _hybrid(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
     return HybridLRU.from_state(state, *args)
 
 
+def _lru_head_first(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
+    if state is None:
+        return BlockLRU("head-first", spec.ttl_ns, spec.max_tracked_blocks)
+    return BlockLRU.from_state(state, "head-first", spec.ttl_ns, spec.max_tracked_blocks)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineModel:
     """A replay model: how its facts read (:class:`~litehit_core.model.FactModel`:
@@ -149,6 +158,7 @@ class EngineModel:
 _BUILDERS: dict[str, Callable[[EngineSpec, EngineState | None], ReplayEngine]] = {
     "lru": _lru,
     "hybrid": _hybrid,
+    "lru-head-first": _lru_head_first,
 }
 MODELS: dict[str, EngineModel] = {
     name: EngineModel(facts, _BUILDERS[name]) for name, facts in FACT_MODELS.items()

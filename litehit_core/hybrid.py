@@ -56,7 +56,8 @@ _LIN = 2
 _T, _FLOOR, _FSIZE, _LSIZE = 0, 1, 2, 3
 _FB, _LB, _STEP, _TTL, _LIMIT, _NOW = 4, 5, 6, 7, 8, 9
 _EXP_F, _DROP_F, _EXP_L, _DROP_L, _LIVE_F, _LIVE_L, _TOTAL = 10, 11, 12, 13, 14, 15, 16
-_META = 17
+_HEAD, _NOSTATE = 17, 18  # touch head to tail; blocks only (no saved states)
+_META = 19
 _MIN_TABLE = 1 << 10
 _MIN_SPACE = 1 << 12
 _MAX_LOAD = 0.6
@@ -217,13 +218,21 @@ def _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, key, kind, n
 
 
 @njit(cache=True, nogil=True)
-def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now, thr, hits):
+def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now, thr, hits,
+             depths, touches):  # fmt: skip
     """Read then commit one request (distinct keys, head first). Returns the number of
     staircase corners written to ``thr``/``hits`` (ascending), or -1 when the position
-    space or a table must grow first (nothing was changed)."""
+    space or a table must grow first (nothing was changed).
+
+    Blocks-only engines (``meta[_NOSTATE]``) have no Linear objects: every cached prefix
+    is a candidate. With ``depths``/``touches`` of length >= n (else empty), also writes
+    the snapshot depth of each cached prefix block (charge units, ``depths[:prefix]``) and,
+    in touch order, each Full touch's depth just before it (-1 for a block not tracked):
+    the stack distances of the touch sequence."""
     n = keys.shape[0]
     step = meta[_STEP]
-    writes = n // step + 1
+    nostate = meta[_NOSTATE] != 0
+    writes = 0 if nostate else n // step + 1
     if meta[_T] + n + writes > fen.shape[0]:
         return -1
     if (meta[_FSIZE] + n) > _MAX_LOAD * ftk.shape[0] or (
@@ -237,13 +246,21 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
     total = _fen_prefix(fen, t)
     depth_max = np.int64(0)
     m = 0  # candidates, stored in thr/hits by increasing p
+    record = depths.shape[0] >= n
     for p in range(n):
         fpos = _get(ftk, ftv, keys[p])
         if fpos == _EMPTY:
             break
         s = total - _fen_prefix(fen, fpos)
+        if record:
+            depths[p] = s
         if s > depth_max:
             depth_max = s
+        if nostate:
+            thr[m] = depth_max
+            hits[m] = p + 1
+            m += 1
+            continue
         lpos = _get(ltk, ltv, keys[p])
         if lpos != _EMPTY:
             s = total - _fen_prefix(fen, lpos)
@@ -265,10 +282,18 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
     for j in range(corners):
         thr[j] = thr[first + j]
         hits[j] = hits[first + j]
-    # commit tail to head
-    for p in range(n - 1, -1, -1):
-        if (p + 1) % step == 0 or p == n - 1:
+    # commit: tail to head (the head ends most recent), or head to tail
+    head = meta[_HEAD] != 0
+    track = touches.shape[0] >= n
+    for i in range(n):
+        p = i if head else n - 1 - i
+        if not nostate and ((p + 1) % step == 0 or p == n - 1):
             _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[p], _LIN, now)
+        if track:
+            fpos = _get(ftk, ftv, keys[p])
+            touches[i] = (
+                -1 if fpos == _EMPTY else _fen_prefix(fen, meta[_T]) - _fen_prefix(fen, fpos)
+            )
         _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[p], _FULL, now)
     # a byte bound: drop the least recent objects until the tracked bytes fit
     limit = meta[_LIMIT]
@@ -381,6 +406,21 @@ def _live(meta, pkey, pkind, ptime, keys, kinds, times) -> np.int64:
 
 # --------------------------------------------------------------------------- the engine
 
+_NONE = np.zeros(0, np.int64)
+
+
+def _distinct(block_keys: Sequence[int]) -> np.ndarray:
+    """The keys as int64, duplicates kept at their first occurrence. O(n)."""
+    keys = list(block_keys)
+    if len(set(keys)) != len(keys):
+        keys = list(dict.fromkeys(keys))
+    try:
+        return np.array(keys, np.int64)
+    except OverflowError:
+        raise InvalidRequestError(
+            "block_keys must be int64 integers, got one outside [-2**63, 2**63)"
+        ) from None
+
 
 def _table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     size = _MIN_TABLE
@@ -401,7 +441,7 @@ class HybridLRU:
     """
 
     __slots__ = ("_meta", "_ftk", "_ftv", "_ltk", "_ltv", "_fen", "_fcnt", "_pkey", "_pkind",
-                 "_ptime", "_thr", "_hits")  # fmt: skip
+                 "_ptime", "_thr", "_hits", "model")  # fmt: skip
 
     def __init__(
         self,
@@ -429,6 +469,8 @@ class HybridLRU:
         meta[_TTL], meta[_LIMIT] = ttl_ns, max_tracked_bytes
         meta[_NOW] = np.iinfo(np.int64).min
         self._meta = meta
+        self.model = _MODEL
+        """The model name this engine's states carry."""
         self._thr = np.zeros(64, np.int64)
         self._hits = np.zeros(64, np.int64)
         self.reset()
@@ -493,23 +535,20 @@ class HybridLRU:
     def process_request(self, block_keys: Sequence[int], now_ns: int = 0) -> RequestFact:
         """Replay one request (keys head first, duplicates kept at their first occurrence)
         at ``now_ns``; its fact, hits in blocks at byte thresholds. O(n log U) amortised."""
-        keys = list(block_keys)
-        if len(set(keys)) != len(keys):
-            keys = list(dict.fromkeys(keys))
-        n = len(keys)
-        try:
-            array = np.array(keys, np.int64)
-        except OverflowError:
-            raise InvalidRequestError(
-                "block_keys must be int64 integers, got one outside [-2**63, 2**63)"
-            ) from None
+        return self._run(_distinct(block_keys), now_ns, _NONE, _NONE)
+
+    def _run(
+        self, array: np.ndarray, now_ns: int, depths: np.ndarray, touches: np.ndarray
+    ) -> RequestFact:
+        """:func:`_process` on distinct int64 keys, growing the arrays when needed."""
+        n = array.shape[0]
         if self._thr.shape[0] < n:
             self._thr = np.zeros(2 * n, np.int64)
             self._hits = np.zeros(2 * n, np.int64)
         while True:
             corners = _process(self._meta, self._ftk, self._ftv, self._ltk, self._ltv, self._fen,
                                self._fcnt, self._pkey, self._pkind, self._ptime, array, now_ns,
-                               self._thr, self._hits)  # fmt: skip
+                               self._thr, self._hits, depths, touches)  # fmt: skip
             if corners >= 0:
                 break
             self._make_room(n)
@@ -520,7 +559,7 @@ class HybridLRU:
     def _make_room(self, n: int) -> None:
         """Grow the tables and compact or grow the position space for a request of n."""
         meta = self._meta
-        writes = n // int(meta[_STEP]) + 1
+        writes = 0 if meta[_NOSTATE] else n // int(meta[_STEP]) + 1
         for which, need in (("f", int(meta[_FSIZE]) + n), ("l", int(meta[_LSIZE]) + writes)):
             tk = self._ftk if which == "f" else self._ltk
             if need > _MAX_LOAD * tk.shape[0]:
@@ -557,13 +596,13 @@ class HybridLRU:
         times = np.empty(size, np.int64)
         _live(meta, self._pkey, self._pkind, self._ptime, keys, kinds, times)
         return EngineState.exported(
-            _MODEL,
+            self.model,
             keys,
             times if meta[_TTL] > 0 else None,
             int(meta[_NOW]),
             int(meta[_EXP_F]),
             int(meta[_DROP_F]),
-            kinds,
+            None if meta[_NOSTATE] else kinds,
         )
 
     @classmethod
@@ -578,21 +617,35 @@ class HybridLRU:
     ) -> HybridLRU:
         """An engine continuing exactly where ``state``'s exporter stopped (validated:
         InvalidRequestError naming the field). O(objects)."""
-        if state.model != _MODEL or state.format_version != STATE_FORMAT_VERSION:
+        engine = cls(full_bytes, linear_bytes, step_blocks, ttl_ns, max_tracked_bytes)
+        engine._load(state)
+        return engine
+
+    def _load(self, state: EngineState) -> None:
+        """Replace this (fresh) engine's objects by ``state``'s (validated). O(objects)."""
+        if state.model != self.model or state.format_version != STATE_FORMAT_VERSION:
             raise InvalidRequestError(
-                f"state must be model {_MODEL!r} version {STATE_FORMAT_VERSION}, got "
+                f"state must be model {self.model!r} version {STATE_FORMAT_VERSION}, got "
                 f"{state.model!r} version {state.format_version}"
             )
+        meta = self._meta
         keys = np.asarray(state.keys, np.int64)
-        kinds = np.asarray(state.kinds if state.kinds is not None else (), np.int64)
         n = keys.shape[0]
-        if kinds.shape != (n,) or (n and not np.isin(kinds, (_FULL, _LIN)).all()):
-            raise InvalidRequestError("state.kinds must give 1 (Full) or 2 (Linear) per key")
+        if meta[_NOSTATE] and state.kinds is None:
+            kinds = np.full(n, _FULL, np.int64)
+        else:
+            kinds = np.asarray(state.kinds if state.kinds is not None else (), np.int64)
+        allowed = (_FULL,) if meta[_NOSTATE] else (_FULL, _LIN)
+        if kinds.shape != (n,) or (n and not np.isin(kinds, allowed).all()):
+            raise InvalidRequestError(
+                "state.kinds must give 1 (Full) or 2 (Linear) per key"
+                + (" (blocks only: 1)" if meta[_NOSTATE] else "")
+            )
         for kind, name in ((_FULL, "Full"), (_LIN, "Linear")):
             chosen = keys[kinds == kind]
             if np.unique(chosen).shape[0] != chosen.shape[0]:
                 raise InvalidRequestError(f"state.keys repeat a {name} object")
-        engine = cls(full_bytes, linear_bytes, step_blocks, ttl_ns, max_tracked_bytes)
+        ttl_ns = int(meta[_TTL])
         times = np.zeros(n, np.int64)
         if ttl_ns > 0 and n:
             starts = np.asarray(state.epoch_starts, np.int64)
@@ -608,26 +661,24 @@ class HybridLRU:
                 raise InvalidRequestError("state.epoch_starts/epoch_times are inconsistent")
             times = np.repeat(epoch_times, np.diff(np.append(starts, n)))
         size = max(_MIN_SPACE, 4 * n + 64)
-        engine._space(size)
-        engine._pkey[:n] = keys
-        engine._pkind[:n] = kinds
-        if engine._ptime.shape[0]:
-            engine._ptime[:n] = times
+        self._space(size)
+        self._pkey[:n] = keys
+        self._pkind[:n] = kinds
+        if self._ptime.shape[0]:
+            self._ptime[:n] = times
         n_full = int((kinds == _FULL).sum())
-        engine._ftk, engine._ftv = _table(2 * n_full)
-        engine._ltk, engine._ltv = _table(2 * (n - n_full))
-        meta = engine._meta
+        self._ftk, self._ftv = _table(2 * n_full)
+        self._ltk, self._ltv = _table(2 * (n - n_full))
         meta[_T] = n
         meta[_FSIZE] = meta[_LIVE_F] = n_full
         meta[_LSIZE] = meta[_LIVE_L] = n - n_full
-        meta[_TOTAL] = n_full * full_bytes + (n - n_full) * linear_bytes
+        meta[_TOTAL] = n_full * meta[_FB] + (n - n_full) * meta[_LB]
         meta[_NOW] = state.now_ns
         meta[_EXP_F] = state.expired_blocks
         meta[_DROP_F] = state.dropped_blocks
-        _compact(meta, engine._ftk, engine._ftv, engine._ltk, engine._ltv, engine._pkey,
-                 engine._pkind, engine._ptime)  # fmt: skip
-        _build_fenwick(meta, engine._fen, engine._fcnt, engine._pkind)
-        return engine
+        _compact(meta, self._ftk, self._ftv, self._ltk, self._ltv, self._pkey,
+                 self._pkind, self._ptime)  # fmt: skip
+        _build_fenwick(meta, self._fen, self._fcnt, self._pkind)
 
     # ------------------------------------------------------------- invariants
 

@@ -81,5 +81,6 @@ class FactModel(NamedTuple):
 FACT_MODELS: dict[str, FactModel] = {
     "lru": FactModel("lru", "ramps", "blocks"),
     "hybrid": FactModel("hybrid", "steps", "bytes"),
+    "lru-head-first": FactModel("lru-head-first", "steps", "blocks"),
 }
 """Every replay model's facts by model name (the engines are in :mod:`litehit_core.engine`)."""

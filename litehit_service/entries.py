@@ -160,6 +160,7 @@ _GROUP_FIELDS = (
     "enable_prefix_hash",
     "enable_theoretical_max_cache",
     "shared_group_quota",
+    "touch_order",
 )
 _INSTANCE_FIELDS = (
     "instance_id",
@@ -181,7 +182,8 @@ def group_from_dict(d: Any, where: str = "instance_group") -> InstanceGroup:
     Required: ``name`` (string), ``capacity_gb`` (array of numbers, GiB). Optional:
     ``eviction_policy`` ("lru" default; "unspecified" or the proto enum names are accepted
     and judged by the manager), ``ttl_seconds`` (integer, 0 = off), ``enable_prefix_hash``,
-    ``enable_theoretical_max_cache``, ``shared_group_quota`` (booleans, default false).
+    ``enable_theoretical_max_cache``, ``shared_group_quota`` (booleans, default false),
+    ``touch_order`` (``"tail-first"`` default or ``"head-first"``; offline replays only).
     Only structure and JSON types are checked here (LocatedError naming
     ``{where}.{field}``); value rules are the manager's. O(fields).
     """
@@ -208,6 +210,7 @@ def group_from_dict(d: Any, where: str = "instance_group") -> InstanceGroup:
         ttl_seconds=f.integer("ttl_seconds"),
         enable_theoretical_max_cache=f.boolean("enable_theoretical_max_cache"),
         enable_prefix_hash=f.boolean("enable_prefix_hash"),
+        touch_order=f.string("touch_order", default="tail-first"),
     )
 
 

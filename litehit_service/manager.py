@@ -37,6 +37,7 @@ from litehit_core import (
     normalize_request,
 )
 from litehit_core.accumulator import HitCurveAccumulator
+from litehit_core.block_lru import TOUCH_ORDERS, touch_order_model
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
 from litehit_core.hybrid import MAX_OBJECT_BYTES
@@ -371,6 +372,7 @@ class OnlineOptimizerManager:
     def create_group(self, group: InstanceGroup) -> None:
         """Validate and add a new group; DuplicateEntity if the name is taken."""
         g = validated_group(group)
+        self.policy.check_touch_order(g.name, g.touch_order)
         with self._admin:
             if g.name in self._groups:
                 raise DuplicateEntity(f"instance group {g.name!r} already exists")
@@ -380,6 +382,7 @@ class OnlineOptimizerManager:
     def update_group(self, group: InstanceGroup) -> None:
         """Replace an existing group that has no registered instances."""
         g = validated_group(group)
+        self.policy.check_touch_order(g.name, g.touch_order)
         with self._admin:
             self._require_group(g.name)
             self._require_no_instances(g.name, "updating")
@@ -1038,6 +1041,10 @@ def validated_group(group: InstanceGroup) -> InstanceGroup:
         raise InvalidArgument(
             f"ttl_seconds of {where} must be an integer in 0..{MAX_TTL_SECONDS}, got {ttl!r}"
         )
+    if group.touch_order not in TOUCH_ORDERS:
+        raise InvalidArgument(
+            f"touch_order of {where} must be one of {list(TOUCH_ORDERS)}, got {group.touch_order!r}"
+        )
     if group.shared_group_quota:
         raise Unsupported(
             f"shared_group_quota=True of {where} is not supported: every instance is "
@@ -1161,13 +1168,20 @@ def _build_state(
         per_step = steps * block_bytes + state_bytes
         capacity_blocks = tuple(b * steps // per_step for b in slot_bytes)
         too_big = limit and slot_units[-1] > spec.max_tracked_bytes
+        if group.touch_order != "tail-first":
+            raise InvalidArgument(
+                f"touch_order {group.touch_order!r} of instance group {group.name!r} is for "
+                f"full-attention instances; {where} is hybrid (linear_step {step}), whose "
+                "blocks and states are touched tail first"
+            )
         # every threshold is a sum of block and state charges: a multiple of their gcd
         curve_resolution = math.gcd(block_bytes, state_bytes)
         curve_max_corners = (
             max(CURVE_CORNERS_PER_TRACKED_BLOCK * limit, MIN_CURVE_CORNERS) if limit else 0
         )
     else:
-        spec = EngineSpec(model="lru", ttl_ns=ttl_ns, max_tracked_blocks=limit)
+        model = touch_order_model(group.touch_order)
+        spec = EngineSpec(model=model, ttl_ns=ttl_ns, max_tracked_blocks=limit)
         projection = Projection(spec, block_bytes)
         slot_units = capacity_blocks = tuple(projection.units(b) for b in slot_bytes)
         too_big = limit and capacity_blocks[-1] > limit

@@ -18,7 +18,9 @@ class InstanceGroup:
 
     ``eviction_policy`` is ``"lru"`` (the only supported policy) or ``"unspecified"``;
     ``ttl_seconds`` 0 disables TTL expiry; ``capacity_gb`` is kept sorted ascending by the
-    manager (duplicates kept, one result slot each).
+    manager (duplicates kept, one result slot each). ``touch_order`` (offline replays
+    only: the wire has no field for it) is ``"tail-first"`` or ``"head-first"`` (LMCache's
+    order) for full-attention instances.
     """
 
     name: str
@@ -28,6 +30,7 @@ class InstanceGroup:
     ttl_seconds: int = 0
     enable_theoretical_max_cache: bool = False
     enable_prefix_hash: bool = False
+    touch_order: str = "tail-first"
 
 
 @dataclass(frozen=True, slots=True)

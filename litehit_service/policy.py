@@ -24,6 +24,8 @@ carried it (``litehit replay``), goes through the same manager code under a
 9. Each instance has a monotone clock. A timestamp before it is ``"clamp"``-ed to it
    (online: gateways' clocks differ a little) or ``"reject"``-ed (offline: a trace out of
    time order is a broken trace), per ``backwards``.
+10. A group's ``touch_order`` must be one of ``touch_orders`` (online: ``tail-first``
+    only, the wire has no field for it; offline: ``tail-first`` or ``head-first``).
 
 A rejected query changes nothing. The policy is immutable; the manager holds one.
 """
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from litehit_core.block_lru import TOUCH_ORDERS
 from litehit_service.errors import InvalidArgument
 
 _NS_PER_SECOND = 1_000_000_000
@@ -51,7 +54,8 @@ class QueryPolicy:
     per key of the input (rule 5; 0 = the instance's block size). ``clock_ns``: "now" in
     ns since the epoch, or None when timestamps are taken as given (rules 7, 8).
     ``max_clock_skew_ns``: how far ahead of ``clock_ns`` a timestamp may be (rule 8; None =
-    no limit). ``backwards``: ``"clamp"`` or ``"reject"`` (rule 9).
+    no limit). ``backwards``: ``"clamp"`` or ``"reject"`` (rule 9). ``touch_orders``: the
+    touch orders a group may use (rule 10).
     """
 
     max_block_keys: int = DEFAULT_MAX_BLOCK_KEYS
@@ -59,6 +63,7 @@ class QueryPolicy:
     clock_ns: Callable[[], int] | None = time.time_ns
     max_clock_skew_ns: int | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS * _NS_PER_SECOND
     backwards: str = "clamp"
+    touch_orders: tuple[str, ...] = ("tail-first",)
 
     def __post_init__(self) -> None:
         if self.max_block_keys <= 0:
@@ -100,6 +105,22 @@ class QueryPolicy:
             clock_ns=None,
             max_clock_skew_ns=None,
             backwards="reject",
+            touch_orders=TOUCH_ORDERS,
+        )
+
+    def check_touch_order(self, group_name: str, touch_order: str) -> None:
+        """Rule 10: InvalidArgument naming the group and value unless ``touch_order`` is
+        allowed. O(1)."""
+        if touch_order in self.touch_orders:
+            return
+        if touch_order in TOUCH_ORDERS:
+            raise InvalidArgument(
+                f"touch_order {touch_order!r} of instance group {group_name!r} is for offline "
+                "replays only: online instances touch tail first (the wire has no field for it)"
+            )
+        raise InvalidArgument(
+            f"touch_order of instance group {group_name!r} must be one of "
+            f"{list(TOUCH_ORDERS)}, got {touch_order!r}"
         )
 
     def stamp(self, timestamp_ns: int) -> int:

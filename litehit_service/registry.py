@@ -40,12 +40,21 @@ _SCHEMA = (
 def group_to_dict(group: InstanceGroup) -> dict[str, Any]:
     """A group as JSON-ready data (field names as in the dataclass; lists for tuples, as
     JSON gives them back). O(fields)."""
-    return json.loads(json.dumps(asdict(group), allow_nan=False))
+    return json.loads(json.dumps(_group_fields(group), allow_nan=False))
+
+
+def _group_fields(group: InstanceGroup) -> dict[str, Any]:
+    """The group's fields; ``touch_order`` only when not the default, so groups stored
+    (and snapshots written) before it existed still compare equal. O(fields)."""
+    fields = asdict(group)
+    if fields["touch_order"] == "tail-first":
+        del fields["touch_order"]
+    return fields
 
 
 def group_to_json(group: InstanceGroup) -> str:
     """Serialise a group as a JSON object (field names as in the dataclass). O(fields)."""
-    return json.dumps(asdict(group), allow_nan=False, sort_keys=True)
+    return json.dumps(_group_fields(group), allow_nan=False, sort_keys=True)
 
 
 def group_from_json(text: str) -> InstanceGroup:
@@ -59,6 +68,7 @@ def group_from_json(text: str) -> InstanceGroup:
         ttl_seconds=int(d["ttl_seconds"]),
         enable_theoretical_max_cache=bool(d["enable_theoretical_max_cache"]),
         enable_prefix_hash=bool(d["enable_prefix_hash"]),
+        touch_order=str(d.get("touch_order", "tail-first")),
     )
 
 

@@ -19,9 +19,10 @@ INF = None  # capacity None = unbounded
 
 
 class NaiveLRU:
-    def __init__(self, capacity: int | None, ttl: int = 0) -> None:
+    def __init__(self, capacity: int | None, ttl: int = 0, order: str = "tail-first") -> None:
         self.capacity = capacity
         self.ttl = ttl
+        self.order = order  # "tail-first" (head ends most recent) or "head-first"
         self.cache: OrderedDict[int, int] = OrderedDict()  # key -> last access time
         self.expired = 0
         self.evicted = 0
@@ -38,7 +39,8 @@ class NaiveLRU:
                 break
             hits += 1
         reached = len(self.cache) + sum(1 for k in keys if k not in self.cache)
-        for k in reversed(keys):  # tail first: the head ends most recent
+        touched = reversed(keys) if self.order == "tail-first" else keys
+        for k in touched:  # tail first: the head ends most recent; head first: the tail
             self.cache[k] = now
             self.cache.move_to_end(k)
             if self.capacity is not None:
@@ -53,9 +55,10 @@ def oracle_hits(
     capacities: Sequence[int | None],
     times: Sequence[int] | None = None,
     ttl: int = 0,
+    order: str = "tail-first",
 ) -> list[list[int]]:
     """hits[i][c] for request i at capacities[c] (None = infinite)."""
-    lrus = [NaiveLRU(c, ttl) for c in capacities]
+    lrus = [NaiveLRU(c, ttl, order) for c in capacities]
     out = []
     for i, keys in enumerate(requests):
         now = times[i] if times is not None else 0
@@ -137,3 +140,36 @@ class NaiveHybridLRU:
     def full_objects(self) -> int:
         """Full objects resident now."""
         return sum(1 for kind, _ in self.cache if kind == "F")
+
+
+class SequentialLRU:
+    """LMCache's documented cache, one chunk at a time: read the hit prefix on the cache,
+    then for each chunk head to tail (or tail to head) move it to the most recent end,
+    inserting an absent one and evicting the least recent first when full (each such
+    eviction counted). Capacity in chunks (>= 1). Also records what the report needs:
+    per request the hit prefix and, per hit chunk, its position (0 = most recent)."""
+
+    def __init__(self, capacity: int, order: str = "head-first") -> None:
+        self.capacity = capacity
+        self.order = order
+        self.cache: OrderedDict[int, None] = OrderedDict()
+        self.evictions = 0
+
+    def request(self, keys: Sequence[int]) -> tuple[int, list[int]]:
+        keys = list(dict.fromkeys(keys))
+        prefix = 0
+        for k in keys:
+            if k not in self.cache:
+                break
+            prefix += 1
+        order = list(self.cache)[::-1]  # most recent first
+        positions = [order.index(k) for k in keys[:prefix]]
+        for k in keys if self.order == "head-first" else reversed(keys):
+            if k in self.cache:
+                self.cache.move_to_end(k)
+                continue
+            if len(self.cache) >= self.capacity:
+                self.cache.popitem(last=False)
+                self.evictions += 1
+            self.cache[k] = None
+        return prefix, positions

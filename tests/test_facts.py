@@ -99,7 +99,8 @@ def test_hybrid_curve_errors_name_the_line(tmp_path: Path, curve: str, reason: s
     with pytest.raises(LocatedError, match=rf":2: .*{re.escape(reason)}"):
         list(read_facts(path))
     path.write_text(FACTS_HEADER_MODELS + "\n" + '1,m,5,13,4,1024,fifo,"[]"\n')
-    with pytest.raises(LocatedError, match=r":2: model must be one of \['hybrid', 'lru'\]"):
+    models = r"\['hybrid', 'lru', 'lru-head-first'\]"
+    with pytest.raises(LocatedError, match=rf":2: model must be one of {models}"):
         list(read_facts(path))
 
 

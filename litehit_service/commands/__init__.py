@@ -48,6 +48,21 @@ def _max_line_bytes(text: str) -> int:
     return value
 
 
+def add_touch_order(parser: argparse.ArgumentParser) -> None:
+    """Add ``--touch-order {tail-first,head-first}`` (``args.touch_order``, None when not
+    given): the order a request's blocks are touched after its read, overriding every
+    group's ``touch_order`` for the run (head-first is LMCache's order)."""
+    from litehit_core.block_lru import TOUCH_ORDERS
+
+    parser.add_argument(
+        "--touch-order",
+        choices=TOUCH_ORDERS,
+        default=None,
+        help="touch a request's blocks tail first (default; the head ends most recent, as "
+        "vLLM and SGLang evict) or head first (as LMCache does), for every group of the run",
+    )
+
+
 def rpc_detail(exc: BaseException) -> str:
     """The status details of a ``grpc.RpcError`` (its text for anything else)."""
     details = getattr(exc, "details", None)

@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from litehit_service.commands import add_max_line_bytes
+from litehit_service.commands import add_max_line_bytes, add_touch_order
 
 
 def register(subparsers: Any) -> None:
@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
         help="parse the trace in N processes (overrides pipeline_worker_count; output is "
         "identical for every N)",
     )
+    add_touch_order(p)
     p.add_argument(
         "--quiet",
         action="store_true",
@@ -62,11 +63,13 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the replay; per-instance lines and the summary go to stderr (errors raise)."""
     from litehit_service.offline.config import load_config
-    from litehit_service.offline.replay import run_replay, with_workers
+    from litehit_service.offline.replay import run_replay, with_touch_order, with_workers
 
     config = load_config(args.config)
     if args.workers is not None:
         config = with_workers(config, args.workers)
+    if args.touch_order is not None:
+        config = with_touch_order(config, args.touch_order)
     summary = run_replay(
         config,
         progress=not args.quiet and sys.stderr.isatty(),

@@ -12,7 +12,8 @@ A config file is one JSON object::
       "pipeline_worker_count": 1,                # parse in this many processes
       "instance_groups": [{"name", "capacity_gb", "eviction_policy", "ttl_seconds",
                            "enable_prefix_hash", "enable_theoretical_max_cache",
-                           "shared_group_quota"}],
+                           "shared_group_quota",
+                           "touch_order"}],              # "tail-first" | "head-first"
       "instances": [{"instance_id", "instance_group", "block_size",
                      "location_spec_infos": [{"name", "size"}],
                      "location_spec_groups": [{"name", "spec_names"}],

@@ -492,3 +492,10 @@ def _drive(
 def with_workers(config: ReplayConfig, workers: int) -> ReplayConfig:
     """``config`` with ``pipeline_worker_count`` replaced (checked by :func:`run_replay`)."""
     return replace(config, pipeline_worker_count=workers)
+
+
+def with_touch_order(config: ReplayConfig, touch_order: str) -> ReplayConfig:
+    """``config`` with every group's ``touch_order`` replaced (a ``--touch-order`` flag
+    overriding the configuration for the whole run; checked when the replay starts)."""
+    groups = tuple(replace(g, touch_order=touch_order) for g in config.instance_groups)
+    return replace(config, instance_groups=groups)
