@@ -189,6 +189,20 @@ class HitCurveAccumulator:
         if len(bp) >= self._limit:
             self._merge()
 
+    def add_jumps(self, thresholds: np.ndarray, jumps: np.ndarray) -> None:
+        """Add many staircase corners at once: ``jumps[i]`` (weighted hit blocks, > 0)
+        gained from capacity ``thresholds[i]`` (>= 1) on; the flat form of
+        :meth:`add_steps` over many requests. O(k) plus the merge."""
+        if self._open != "steps":
+            self._begin("steps")
+        pos = np.asarray(thresholds, np.int64)
+        if self.scale != 1:
+            pos = -(-pos // self.scale)
+        self._bp.frombytes(np.ascontiguousarray(pos, np.int64).tobytes())
+        self._bv.frombytes(np.ascontiguousarray(jumps, np.int64).tobytes())
+        if len(self._bp) >= self._limit:
+            self._merge()
+
     def add(self, fact: RequestFact, weight: int = 1, input_tokens: int = 0) -> None:
         """Add a full-attention fact and its token denominator (``input_tokens``).
         O(segments)."""

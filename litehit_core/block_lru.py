@@ -26,15 +26,16 @@ block, is a miss that inserts, so evictions = such touches - final occupancy).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from litehit_core.errors import InvalidRequestError
-from litehit_core.hybrid import _HEAD, _LIVE_F, _NOSTATE, HybridLRU, _distinct
+from litehit_core.hybrid import _HEAD, _LIVE_F, _NOSTATE, HybridLRU, _distinct, _process_batch
 from litehit_core.model import RequestFact
 from litehit_core.state import EngineState
 
-__all__ = ["TOUCH_ORDERS", "BlockLRU", "touch_order_model"]
+__all__ = ["TOUCH_ORDERS", "BatchResult", "BlockLRU", "touch_order_model"]
 
 TOUCH_ORDERS = ("tail-first", "head-first")
 """The touch orders an offline replay can use (``tail-first`` is the default)."""
@@ -53,6 +54,21 @@ def touch_order_model(touch_order: str) -> str:
     raise InvalidRequestError(
         f"touch_order must be one of {list(TOUCH_ORDERS)}, got {touch_order!r}"
     )
+
+
+class BatchResult(NamedTuple):
+    """What :meth:`BlockLRU.process_batch` returns; every array but ``counts`` spans the
+    requests' keys (``offsets`` as given). Request r's staircase is ``thr[a:a + c]``,
+    ``hits[a:a + c]`` for ``a = offsets[r]``, ``c = counts[r]``; ``depths[a:b]`` holds the
+    snapshot depth of each cached prefix block and -1 after the prefix; ``touches[a:b]``
+    each touch's depth in touch order (-1: the block was not tracked)."""
+
+    offsets: np.ndarray
+    thr: np.ndarray
+    hits: np.ndarray
+    counts: np.ndarray
+    depths: np.ndarray
+    touches: np.ndarray
 
 
 class BlockLRU(HybridLRU):
@@ -96,6 +112,36 @@ class BlockLRU(HybridLRU):
         fact = self._run(keys, now_ns, depths, touches)
         prefix = int(np.argmax(depths < 0)) if (depths < 0).any() else n
         return fact, depths[:prefix], touches
+
+    def process_batch(
+        self, keys: np.ndarray, offsets: np.ndarray, times: np.ndarray | None = None
+    ) -> BatchResult:
+        """Replay many requests in one compiled loop: request r is ``keys[offsets[r]:
+        offsets[r + 1]]`` (int64, distinct within a request, head first) at ``times[r]``
+        (0 without). Returns every request's staircase, prefix depths and touch depths as
+        flat arrays over the same spans as ``keys`` (:class:`BatchResult`). O(K log U) for
+        K keys, with no Python work per request."""
+        keys = np.ascontiguousarray(keys, np.int64)
+        offsets = np.ascontiguousarray(offsets, np.int64)
+        requests = offsets.shape[0] - 1
+        if times is None:
+            times = np.zeros(requests, np.int64)
+        total = keys.shape[0]
+        thr = np.zeros(total, np.int64)
+        hits = np.zeros(total, np.int64)
+        counts = np.zeros(requests, np.int64)
+        depths = np.full(total, -1, np.int64)
+        touches = np.zeros(total, np.int64)
+        first = 0
+        while True:
+            first = _process_batch(self._meta, self._ftk, self._ftv, self._ltk, self._ltv,
+                                   self._fen, self._fcnt, self._pkey, self._pkind, self._ptime,
+                                   keys, offsets, times, thr, hits, counts, depths, touches,
+                                   first)  # fmt: skip
+            if first < 0:
+                break
+            self._make_room(int(offsets[first + 1] - offsets[first]))
+        return BatchResult(offsets, thr, hits, counts, depths, touches)
 
     @classmethod
     def from_state(  # type: ignore[override]

@@ -308,6 +308,25 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
 
 
 @njit(cache=True, nogil=True)
+def _process_batch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, offsets,
+                   times, thr, hits, counts, depths, touches, first):  # fmt: skip
+    """:func:`_process` for requests ``first, first + 1, ...``: request r is
+    ``keys[offsets[r]:offsets[r + 1]]`` at ``times[r]``; its corners go to the same span
+    of ``thr``/``hits`` (``counts[r]`` of them), its depths and touch depths to the same
+    span of ``depths``/``touches``. Returns -1 when done, else the request that needs the
+    tables or the position space to grow first (nothing of it was changed)."""
+    for r in range(first, offsets.shape[0] - 1):
+        a = offsets[r]
+        b = offsets[r + 1]
+        c = _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[a:b],
+                     times[r], thr[a:b], hits[a:b], depths[a:b], touches[a:b])  # fmt: skip
+        if c < 0:
+            return r
+        counts[r] = c
+    return -1
+
+
+@njit(cache=True, nogil=True)
 def _compact(meta, ftk, ftv, ltk, ltv, pkey, pkind, ptime) -> np.int64:
     """Renumber the live markers at and above the floor to 0..L-1, in order, in place, and
     update the tables; returns L (the Fenwick tree must be rebuilt). O(U)."""

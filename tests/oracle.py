@@ -173,3 +173,47 @@ class SequentialLRU:
                 self.evictions += 1
             self.cache[k] = None
         return prefix, positions
+
+
+def naive_report(
+    requests: Sequence[tuple[Sequence[int], int, int]], capacity: int, order: str = "head-first"
+) -> dict:
+    """LMCache's report numbers at ``capacity`` chunks, the naive way: one SequentialLRU,
+    each request (keys, seq_len, chunk_size) read then touched chunk by chunk; per hit
+    chunk its reuse count, its span since the chunk was last seen (global chunk index) and
+    its position; evictions as the LRU counts them."""
+    lru = SequentialLRU(capacity, order)
+    rates, prefixes, positions, spans = [], [], [], []
+    reuse: dict[int, int] = {}
+    last_seen: dict[int, int] = {}
+    seen = 0
+    hit_total = total = 0
+    rolling = []
+    for keys, seq_len, chunk in requests:
+        keys = list(dict.fromkeys(keys))
+        prefix, where = lru.request(keys)
+        hits = prefix * chunk
+        hit_total += hits
+        total += seq_len
+        rates.append(hits / seq_len)
+        prefixes.append(prefix)
+        rolling.append(hit_total / total)
+        positions.extend(where)
+        for i, k in enumerate(keys[:prefix]):
+            reuse[k] = reuse.get(k, 0) + 1
+            spans.append(seen + i - last_seen[k])
+        for i, k in enumerate(keys):
+            last_seen[k] = seen + i
+        seen += len(keys)
+    return {
+        "hit_tokens": hit_total,
+        "total_tokens": total,
+        "rates": rates,
+        "prefixes": prefixes,
+        "rolling": rolling,
+        "reuse": sorted(reuse.values()),
+        "spans": spans,
+        "positions": positions,
+        "evictions": lru.evictions,
+        "occupancy": len(lru.cache),
+    }

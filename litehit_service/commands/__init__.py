@@ -14,7 +14,17 @@ import argparse
 
 from litehit_core import DEFAULT_MAX_LINE_BYTES
 
-COMMAND_MODULES = ("serve", "instances", "health", "replay", "query", "curve", "convert")
+COMMAND_MODULES = (
+    "serve",
+    "instances",
+    "health",
+    "replay",
+    "query",
+    "curve",
+    "convert",
+    "simulate",
+    "sweep",
+)
 
 
 class UsageError(Exception):

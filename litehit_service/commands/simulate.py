@@ -1,0 +1,151 @@
+"""``litehit simulate``: LMCache's cache-simulator report at one capacity, and the exact hit
+rate at every capacity, from one replay (:mod:`litehit_service.offline.simulate`).
+
+The options are LMCache's (``-i/--input``, ``--cache-capacity-gib``, ``-o/--output``,
+``-n/--max-samples``, ``--model``, ``--kv-bytes-per-chunk``) plus ``--format`` (every trace
+format LiteHit reads), ``--touch-order`` (``head-first`` gives LMCache's numbers),
+``--json`` (the report as one JSON object) and ``--no-plot``. The report goes to stdout,
+the run's summary line to stderr; the PNG is published atomically (its format follows the
+extension: png, svg or pdf).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order
+
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """The input options ``simulate`` and ``sweep`` share (LMCache's, plus --format)."""
+    p.add_argument("-i", "--input", nargs="+", required=True, metavar="PATH",
+                   help="trace files, or LMCache directories of lookup_hashes_*.jsonl")  # fmt: skip
+    p.add_argument("--format", choices=("lmcache", "mooncake", "standard"), default="lmcache",
+                   help="input format (default lmcache)")  # fmt: skip
+    p.add_argument("-n", "--max-samples", type=int, default=None, metavar="N",
+                   help="keep the first N requests in time order (default all)")  # fmt: skip
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="keep one model_name (LMCache) or instance_id (standard)")  # fmt: skip
+    p.add_argument("--kv-bytes-per-chunk", type=int, default=None, metavar="BYTES",
+                   help="KV bytes of one chunk (LMCache: from the first event's shapes and "
+                   "dtypes when omitted; required for mooncake and standard)")  # fmt: skip
+    p.add_argument("--block-size", type=int, default=None, metavar="TOKENS",
+                   help="mooncake/standard: tokens per key (default 512 / 256)")  # fmt: skip
+    add_touch_order(p)
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
+    add_max_line_bytes(p, "input")
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``simulate`` subcommand."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="LMCache's cache-simulator report at one capacity, plus every capacity exactly",
+        description=(
+            "Replay LMCache lookup-hash logs (or a Mooncake / standard trace) once and print "
+            "LMCache's simulator report at --cache-capacity-gib (use --touch-order head-first "
+            "for LMCache's numbers) followed by the exact hit rate at every capacity."
+        ),
+    )
+    add_input_options(p)
+    p.add_argument("--cache-capacity-gib", type=float, required=True, metavar="GiB",
+                   help="cache capacity in GiB (1 GiB = 1024^3 bytes; -1 = unlimited)")  # fmt: skip
+    p.add_argument("-o", "--output", default="cache_stats.png", metavar="FILE",
+                   help="statistics figure (png, svg or pdf; default cache_stats.png)")  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def capacity_bytes(gib: float, flag: str) -> int:
+    """A capacity option in bytes: ``trunc(gib * 1024**3)``; -1 = unlimited (-1 bytes);
+    UsageError naming ``flag`` and the value for any other negative, NaN or inf."""
+    if gib == -1:
+        return -1
+    if not math.isfinite(gib) or gib < 0:
+        raise UsageError(f"{flag} must be a finite number >= 0 (or -1 for unlimited), got {gib!r}")
+    return math.trunc(gib * 1024**3)
+
+
+def plot_format(path: str, flag: str = "-o/--output") -> str:
+    """The figure format of ``path`` from its extension; UsageError for another one."""
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    if ext not in PLOT_FORMATS:
+        raise UsageError(
+            f"{flag} {path!r}: the extension must be one of .png, .svg, .pdf (it sets the format)"
+        )
+    return ext
+
+
+def load(args: argparse.Namespace) -> Any:
+    """The workload and its one replay, from the shared input options."""
+    from litehit_service.offline.simulate import load_workload, replay_workload
+
+    if args.max_samples is not None and args.max_samples < 0:
+        raise UsageError(f"-n/--max-samples must be >= 0, got {args.max_samples}")
+    workload = load_workload(
+        args.input,
+        fmt=args.format,
+        model=args.model,
+        max_samples=args.max_samples,
+        kv_bytes_per_chunk=args.kv_bytes_per_chunk,
+        block_size=args.block_size,
+        max_line_bytes=args.max_line_bytes,
+    )
+    return replay_workload(workload, args.touch_order or "tail-first")
+
+
+def write_figure(path: str, fmt: str, draw: Any) -> None:
+    """Draw and publish one figure atomically (``<path>.<pid>.tmp`` renamed at the end)."""
+    from litehit_service.offline.outputs import atomic_outputs, tmp_path
+    from litehit_service.offline.simulate_plot import save
+
+    with atomic_outputs([path]):
+        save(draw(), tmp_path(path), fmt)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay once, print the report (text or JSON), draw the figure."""
+    from litehit_service.offline.outputs import run_line
+    from litehit_service.offline.simulate import format_report, report
+
+    started = time.perf_counter()
+    nbytes = capacity_bytes(args.cache_capacity_gib, "--cache-capacity-gib")
+    fmt = None if args.no_plot else plot_format(args.output)
+    replay = load(args)
+    data = report(replay, nbytes)
+    if args.json:
+        print(json.dumps(data))
+    else:
+        sys.stdout.write(_header(replay) + format_report(data))
+    sys.stdout.flush()
+    if fmt is not None:
+        from litehit_service.offline.simulate_plot import report_figure
+
+        write_figure(args.output, fmt, lambda: report_figure(replay, data))
+    dest = "stdout" if fmt is None else f"stdout, {args.output}"
+    n = replay.workload.requests
+    print(run_line("simulate", n, "requests", "1 cache", time.perf_counter() - started, dest),
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _header(replay: Any) -> str:
+    """The lines before the report: what was read and simulated."""
+    w = replay.workload
+    kv = f"{w.kv_bytes_per_chunk:,} bytes" + (" (from the first event)" if w.detected else "")
+    lines = [
+        f"Loaded {w.requests:,} request(s) from {', '.join(w.sources)} ({w.fmt})",
+        f"  KV bytes/chunk     : {kv}",
+        f"  Chunk size         : {w.first_chunk_size} tokens",
+        f"  Touch order        : {replay.touch_order}",
+    ]
+    if w.model:
+        lines.append(f"  Model filter       : {w.model}")
+    return "\n".join(lines) + "\n\n"
