@@ -121,13 +121,13 @@ def test_slots_keep_caller_order_duplicates_and_zero(
 def test_negative_values_parse_as_capacities(
     worked: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # -1 first, a negative fraction, and options after the list
-    code, out, _ = run(capsys, "--capacity-gb", "-1", "-0.5", "8", "--summary-only", str(worked))
+    # -1 first, -1 as a float, and options after the list
+    code, out, _ = run(capsys, "--capacity-gb", "-1", "-1.0", "8", "--summary-only", str(worked))
     assert code == 0
     rows = summaries(out)
     assert len(out.splitlines()) == 2
     # ints stay ints in the echo, floats stay floats
-    assert '"capacity_gb":[-1,-0.5,8]' in out.splitlines()[1]
+    assert '"capacity_gb":[-1,-1.0,8]' in out.splitlines()[1]
     assert rows[1]["total_hit_tokens"] == [32, 32, 32]
 
 
@@ -234,22 +234,61 @@ def test_missing_facts_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.parametrize(
-    ("value", "reason"),
-    [
-        ("abc", "must be a number of GiB (negative = infinite), got 'abc'"),
-        ("inf", "must be finite (use a negative value such as -1 for infinite), got 'inf'"),
-        ("nan", "must be finite (use a negative value such as -1 for infinite), got 'nan'"),
-        ("1e300", "must be at most 8589934591 GiB (bytes must fit in int64), got '1e300'"),
-    ],
+    "value", ["abc", "inf", "nan", "1e300", "8589934592", "-5", "-0.5", "-2", "-1.5"]
 )
 def test_bad_capacity_rejected(
-    worked: Path, capsys: pytest.CaptureFixture[str], value: str, reason: str
+    worked: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
     with pytest.raises(SystemExit) as info:
         main(["query", str(worked), "--capacity-gb", "1", value])
     assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert f"argument --capacity-gb: {reason}" in err
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        "litehit query: error: argument --capacity-gb: must be -1 (infinite) or a finite "
+        f"number of GiB in [0, 8589934591], got {value!r}"
+    )
+
+
+@pytest.mark.parametrize("value", ["-inf", "-1e-9"])
+def test_negative_values_argparse_reads_as_options(
+    worked: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # argparse takes "-inf" / "-1e-9" for an option; either way: exit 2 naming the value
+    with pytest.raises(SystemExit) as info:
+        main(["query", str(worked), "--capacity-gb", "1", value])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"litehit: error: unrecognized arguments: {value}"
+    )
+    with pytest.raises(SystemExit) as info:
+        main(["query", str(worked), f"--capacity-gb={value}"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "litehit query: error: argument --capacity-gb: must be -1 (infinite) or a finite "
+        f"number of GiB in [0, 8589934591], got {value!r}"
+    )
+
+
+def test_bad_capacity_exit_code_as_a_program(worked: Path) -> None:
+    argv = [sys.executable, "-m", "litehit_service", "query", str(worked), "--capacity-gb", "-5"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(
+        "argument --capacity-gb: must be -1 (infinite) or a finite number of GiB in "
+        "[0, 8589934591], got '-5'\n"
+    )
+
+
+def test_zero_capacity_is_valid_and_hits_nothing(
+    worked: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, str(worked), "--capacity-gb", "0", "0.0", "--summary-only")
+    assert code == 0
+    total = summaries(out)[-1]
+    assert total["capacity_gb"] == [0, 0.0]
+    assert total["total_hit_tokens"] == [0, 0] and total["hit_rates"] == [0.0, 0.0]
 
 
 def test_capacity_list_required(worked: Path, capsys: pytest.CaptureFixture[str]) -> None:
