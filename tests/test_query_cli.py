@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import random
-import select
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
+from terminal import run_on_terminal
 
 from litehit_core import FactRow, FactsWriter, HitCurveSegment, LiteHit, query_facts, read_facts
 from litehit_service.cli import main
@@ -370,27 +366,7 @@ def test_progress_bar_only_on_a_terminal(worked: Path) -> None:
     assert plain.stderr.count("\n") == 1 and "\r" not in plain.stderr
     assert plain.stderr.startswith("query: 5 requests, 1 instances, ")
 
-    master, slave = pty.openpty()
-    # a terminal of 100 columns (tqdm draws nothing on a zero-width pty)
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    try:
-        proc = subprocess.Popen(argv, stderr=slave, stdout=subprocess.DEVNULL, env=env)
-        os.close(slave)
-        chunks = []
-        while True:
-            ready, _, _ = select.select([master], [], [], 60)
-            if not ready:
-                break
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        os.close(master)
-    tty_err = b"".join(chunks).decode()
+    code, tty_err = run_on_terminal(argv, env)
+    assert code == 0
     assert "req [" in tty_err  # tqdm's bar: "0req [00:00, ?req/s]"
     assert "query: 5 requests, 1 instances, " in tty_err
