@@ -149,7 +149,8 @@ def test_convert_mooncake_emit_config_placeholder(
     assert err[0] == (
         f"note: {cfg}: location spec size 524288 bytes per block is a placeholder "
         "(131072 bytes per token x block_size 4, Llama-3.1-8B bf16); set your model's KV "
-        "bytes per block (or pass --kv-bytes-per-chunk)"
+        "bytes per block (or pass --kv-bytes-per-chunk); until then, 'litehit curve "
+        "--block-bytes-unknown' draws capacities in blocks"
     )
     assert err[1].startswith("convert: 3 events, 1 instances, ")
     assert leftovers(tmp_path) == ["config.json", "mc.jsonl", "trace.jsonl"]

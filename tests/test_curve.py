@@ -19,9 +19,9 @@ from litehit_service.offline.curve import (
     CSV_HEADER,
     CurveError,
     build_curves,
-    sample_curve,
     table_capacities,
 )
+from litehit_service.offline.plot import sample_curve
 
 GIB = 1024**3
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

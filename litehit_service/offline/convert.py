@@ -171,7 +171,8 @@ def _convert(
                     f"note: {emit_config}: location spec size {size} bytes per block is a "
                     f"placeholder ({PLACEHOLDER_BYTES_PER_TOKEN} bytes per token x block_size "
                     f"{block_size}, Llama-3.1-8B bf16); set your model's KV bytes per block "
-                    "(or pass --kv-bytes-per-chunk)"
+                    "(or pass --kv-bytes-per-chunk); until then, 'litehit curve "
+                    "--block-bytes-unknown' draws capacities in blocks"
                 )
         config = starter_config(output, block_size, sizes)
         with open(tmp_paths[1], "w", encoding="utf-8", newline="\n") as fh:
