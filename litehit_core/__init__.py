@@ -35,11 +35,14 @@ from litehit_core.model import (
 from litehit_core.normalize import normalize_request
 from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
 from litehit_core.projector import (
+    CAPACITY_SLOT_RULE,
+    INFINITE_CAPACITY_GB,
     MAX_CAPACITY_GB,
     Projection,
     bytes_to_blocks,
     capacity_gb_to_blocks,
     capacity_gb_to_bytes,
+    capacity_slot_bytes,
     project_blocks,
     project_bytes,
     project_curve,
@@ -67,6 +70,8 @@ __all__ = [
     "FACTS_FILENAME",
     "FACTS_HEADER",
     "FACTS_HEADER_MODELS",
+    "CAPACITY_SLOT_RULE",
+    "INFINITE_CAPACITY_GB",
     "MAX_CAPACITY_GB",
     "CurvePoint",
     "FactLineFormat",
@@ -98,6 +103,7 @@ __all__ = [
     "bytes_to_blocks",
     "capacity_gb_to_blocks",
     "capacity_gb_to_bytes",
+    "capacity_slot_bytes",
     "normalize_request",
     "prefix_hash_next",
     "project_blocks",

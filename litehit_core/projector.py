@@ -108,6 +108,30 @@ def capacity_gb_to_bytes(gb: float) -> int:
     return math.trunc(scaled)
 
 
+INFINITE_CAPACITY_GB = -1
+"""The one marker of an infinite capacity slot in a facts query (``litehit query``,
+:func:`~litehit_core.query.query_facts`); it projects to -1 bytes (infinite)."""
+CAPACITY_SLOT_RULE = (
+    f"{INFINITE_CAPACITY_GB} (infinite) or a finite number of GiB in [0, {MAX_CAPACITY_GB}]"
+)
+"""What :func:`capacity_slot_bytes` accepts, as error messages word it."""
+
+
+def capacity_slot_bytes(gb: object, field: str = "capacity_gb") -> int:
+    """A query's capacity slot in GiB as bytes: the one rule for capacities offline and
+    online. -1 (int or float) is infinite and gives -1; 0 and positive finite GiB up to
+    :data:`MAX_CAPACITY_GB` give ``trunc(gb * 1024**3)`` (0 = no hits). Anything else (any
+    other negative, NaN, an infinity, more than the maximum, not a number, a bool) is an
+    :class:`InvalidRequestError` naming ``field`` and the value. O(1)."""
+    if (
+        isinstance(gb, bool)
+        or not isinstance(gb, (int, float))
+        or not (gb == INFINITE_CAPACITY_GB or 0 <= gb <= MAX_CAPACITY_GB)  # False for NaN
+    ):
+        raise InvalidRequestError(f"{field} must be {CAPACITY_SLOT_RULE}, got {gb!r}")
+    return -1 if gb == INFINITE_CAPACITY_GB else capacity_gb_to_bytes(gb)
+
+
 def capacity_gb_to_blocks(gb: float, block_bytes: int) -> int:
     """Binary GiB to whole blocks of ``block_bytes``; a negative ``gb`` is rejected. O(1)."""
     if gb < 0:

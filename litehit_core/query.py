@@ -13,15 +13,16 @@ The JSON-lines text of these shapes has one formatter: :func:`format_chunk_lines
 request rows (whole numpy matrices serialised at once) and :func:`format_summary_lines`
 for the summaries; parsed back, the lines equal the dicts :func:`query_facts` yields.
 
-Slots keep the caller's order; duplicates and 0 are allowed; a negative capacity means
-infinite. Rates are ``hit_tokens / input_tokens`` of accumulated integers (0 when there
-are no tokens), never means of ratios. Rows are projected in chunks with numpy (vectorised
-over segments x slots); memory is O(chunk + instances x slots).
+Slots keep the caller's order; duplicates and 0 are allowed; -1 means infinite (the one
+marker: any other negative value, NaN or an infinity is an :class:`InvalidRequestError`,
+see :func:`~litehit_core.projector.capacity_slot_bytes`). Rates are ``hit_tokens /
+input_tokens`` of accumulated integers (0 when there are no tokens), never means of ratios.
+Rows are projected in chunks with numpy (vectorised over segments x slots); memory is
+O(chunk + instances x slots).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, NamedTuple
@@ -31,20 +32,16 @@ import orjson
 
 from litehit_core.facts import FactRow
 from litehit_core.model import FACT_MODELS, InvalidRequestError
-from litehit_core.projector import capacity_gb_to_bytes, project_matrix, project_steps_matrix
+from litehit_core.projector import capacity_slot_bytes, project_matrix, project_steps_matrix
 
 CHUNK_ROWS = 4096
 
 
 def _slot_bytes(capacity_gb_list: Sequence[float]) -> list[int]:
+    """Bytes per slot (-1 = infinite), each checked by :func:`capacity_slot_bytes`."""
     if not capacity_gb_list:
         raise InvalidRequestError("capacity_gb must list at least one capacity, got []")
-    out = []
-    for gb in capacity_gb_list:
-        if isinstance(gb, bool) or not isinstance(gb, (int, float)) or math.isnan(gb):
-            raise InvalidRequestError(f"capacity_gb must be numbers, got {gb!r}")
-        out.append(-1 if gb < 0 else capacity_gb_to_bytes(gb))
-    return out
+    return [capacity_slot_bytes(gb, f"capacity_gb[{i}]") for i, gb in enumerate(capacity_gb_list)]
 
 
 class QueryChunk(NamedTuple):
@@ -145,7 +142,7 @@ class FactsQuery:
 
 
 def _project_rows(rows: list[FactRow], slot_bytes: list[int]) -> np.ndarray:
-    """Hit blocks of every row at every slot (bytes; negative = infinite), each row read as
+    """Hit blocks of every row at every slot (bytes; -1 = infinite), each row read as
     its model says (:data:`~litehit_core.model.FACT_MODELS`): ramps in blocks through
     :func:`project_matrix`, staircases through :func:`project_steps_matrix` (bytes as they
     are, or whole blocks). O(segments x slots) numpy work."""

@@ -43,12 +43,25 @@ _BAD_INPUT_KINDS = frozenset({"INVALID_ARGUMENT", "UNSUPPORTED", "INSTANCE_NOT_E
 """Service error kinds that mean the caller's input was wrong (see litehit_service.errors)."""
 
 
+def version_text(distribution: str = "litehit") -> str:
+    """``litehit <version>``: the installed distribution's version from its metadata, or
+    ``litehit unknown (not installed)`` when it is not installed (a bare source checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"litehit {version(distribution)}"
+    except PackageNotFoundError:
+        return "litehit unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand of :data:`COMMAND_MODULES` registered."""
+    """The top-level parser with every subcommand of :data:`COMMAND_MODULES` registered;
+    ``--version`` prints :func:`version_text` on stdout and exits 0."""
     parser = argparse.ArgumentParser(
         prog="litehit",
         description="Exact prefix KV-cache hit rates for an LRU of every capacity.",
     )
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"litehit_service.commands.{name}").register(sub)

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from litehit_core import capacity_gb_to_bytes
 from litehit_core.curve import log_spaced
+from litehit_service.addresses import format_address
 from litehit_service.manager import InstanceInfo, OnlineOptimizerManager
 
 if TYPE_CHECKING:
@@ -514,7 +515,12 @@ class ServiceMetrics:
         """Serve ``/metrics`` on ``host:port`` (0 = ephemeral) in a daemon thread.
 
         Returns the server (stop it with ``shutdown()`` then ``server_close()``) and the
-        bound port.
+        bound port. An address that cannot be bound (in use, not local) is an ``OSError``
+        ``cannot listen on HOST:PORT (metrics): reason``.
         """
-        server, _thread = _start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, _thread = _start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            where = format_address(host, port)
+            raise OSError(f"cannot listen on {where} (metrics): {exc.strerror or exc}") from None
         return server, int(server.server_port)

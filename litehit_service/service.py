@@ -175,7 +175,12 @@ class DataDirLock:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / LOCK_FILE
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # ``created``: this lock made the file (a failed start removes it again)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            self.created = True
+        except FileExistsError:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.created = False
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -265,7 +270,9 @@ def serve(
     truncated or foreign one: that instance starts fresh, logged at ERROR and counted),
     apply ``groups_file``, start ``/metrics`` and the gRPC server, then print one line
     ``litehit serving grpc=HOST:PORT metrics=HOST:PORT data_dir=DIR`` to ``out`` (stdout).
-    A start-up error raises (and a registry file this start created is removed again).
+    A start-up error raises and leaves the disk as it found it: the registry file, the lock
+    file, ``state/`` and the data dir (with any parents) that this start created are
+    removed again (a folder only while empty); what existed before is untouched.
 
     Stop (first signal): health NOT_SERVING, new calls UNAVAILABLE, every stream answers
     the batch it is applying and ends with UNAVAILABLE, everything gets ``grace_seconds``;
@@ -285,12 +292,16 @@ def serve(
             f"snapshot interval must be >= 0 seconds, got {config.snapshot_interval_seconds}"
         )
     data_dir = Path(config.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    lock = DataDirLock(data_dir)
-    tune_allocator()
-    log.info("hybrid engine kernels ready in %.2f s", warm_up())
+    folders = _make_dirs(data_dir)  # the folders this start created, outermost first
+    try:
+        lock = DataDirLock(data_dir)
+    except BaseException:
+        _remove_created(folders)  # folders only (while empty): the files may be in use
+        raise
     registry_path = data_dir / REGISTRY_FILE
-    created_registry = not registry_path.exists()
+    # what a failed start removes again (under the lock), in creation order
+    created = folders + ([lock.path] if lock.created else [])
+    created += [p for p in (registry_path, data_dir / STATE_DIR) if not p.exists()]
     registry: Registry | None = None
     metrics_server = None
     server: LiteHitServer | None = None
@@ -300,6 +311,8 @@ def serve(
     main_thread = threading.current_thread() is threading.main_thread()
     previous = _install_signal_handlers(stop) if main_thread else {}
     try:
+        tune_allocator()
+        log.info("hybrid engine kernels ready in %.2f s", warm_up())
         registry = Registry(registry_path)
         manager = OnlineOptimizerManager(
             registry,
@@ -351,12 +364,38 @@ def serve(
             metrics_server.server_close()
         if registry is not None:
             registry.close()
-        if not started and created_registry:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(f"{registry_path}{suffix}").unlink(missing_ok=True)
+        if not started:  # under the lock: no other server can be using these files
+            if registry_path in created:
+                for suffix in ("-wal", "-shm", "-journal"):
+                    Path(f"{registry_path}{suffix}").unlink(missing_ok=True)
+            _remove_created(created)
         lock.release()
     print("litehit stopped", file=out, flush=True)
     return code
+
+
+def _make_dirs(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; returns those created, outermost first."""
+    missing = []
+    probe = folder.absolute()
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing[::-1]
+
+
+def _remove_created(paths: Sequence[Path]) -> None:
+    """Remove what a failed start created (``paths`` in creation order), the last first:
+    files, and folders while empty (a folder someone wrote into meanwhile stays)."""
+    for path in reversed(paths):
+        try:
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not remove %s after the failed start: %s", path, exc)
 
 
 def _arm_watchdog(grace: float, server: LiteHitServer) -> threading.Timer:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from terminal import run_on_terminal
 
 from litehit_service.cli import main
-from litehit_service.offline.traces import read_standard
+from litehit_service.offline.convert import trace_events
+from litehit_service.offline.traces import read_mooncake, read_standard
+
+ROOT = Path(__file__).resolve().parents[1]
 
 REAL_MOONCAKE = (
     Path(__file__).resolve().parents[2]
@@ -141,7 +149,8 @@ def test_convert_mooncake_emit_config_placeholder(
     assert err[0] == (
         f"note: {cfg}: location spec size 524288 bytes per block is a placeholder "
         "(131072 bytes per token x block_size 4, Llama-3.1-8B bf16); set your model's KV "
-        "bytes per block (or pass --kv-bytes-per-chunk)"
+        "bytes per block (or pass --kv-bytes-per-chunk); until then, 'litehit curve "
+        "--block-bytes-unknown' draws capacities in blocks"
     )
     assert err[1].startswith("convert: 3 events, 1 instances, ")
     assert leftovers(tmp_path) == ["config.json", "mc.jsonl", "trace.jsonl"]
@@ -402,3 +411,62 @@ def test_convert_real_mooncake_trace(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert events[0].timestamp_ns == 1_000_000
     assert events[-1].timestamp_ns == 3_536_999_000_000 + 1_000_000
     assert summary_line(capsys.readouterr().err).startswith("convert: 12031 events, 1 instances, ")
+
+
+# ---------------------------------------------------------------- progress bar
+
+
+def mooncake_lines(n: int) -> list[str]:
+    """``n`` valid Mooncake lines (4-token blocks), timestamps rising, a blank line in."""
+    lines = [
+        json.dumps({"timestamp": i, "input_length": 8, "output_length": 1, "hash_ids": [i, i + 1]})
+        for i in range(n)
+    ]
+    lines.insert(n // 2, "")
+    return lines
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "standard"])
+def test_trace_events_feed_the_bar_every_byte_and_match_the_readers(
+    tmp_path: Path, fmt: str
+) -> None:
+    src = write_lines(tmp_path / "in.jsonl", mooncake_lines(40_000))  # > 1 MiB: several chunks
+    if fmt == "standard":
+        assert main(["convert", "--from", "mooncake", str(src), "-o", str(tmp_path / "s.jsonl"),
+                     "--block-size", "4"]) == 0  # fmt: skip
+        src = tmp_path / "s.jsonl"
+        expected = list(read_standard(src))
+    else:
+        expected = list(read_mooncake(src, 4, "pod"))
+    advanced: list[int] = []
+    events = list(trace_events(fmt, str(src), 4, "pod", 1 << 20, advanced.append))
+    assert events == expected and len(events) == 40_000
+    assert sum(advanced) == src.stat().st_size and len(advanced) >= 2
+
+
+def test_trace_events_checks_its_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^block_size must be an integer > 0, got 0$"):
+        trace_events("mooncake", str(tmp_path / "x"), 0, "pod", 100, print)
+    with pytest.raises(ValueError, match=r"^max_line_bytes must be an integer > 0, got 0$"):
+        trace_events("mooncake", str(tmp_path / "x"), 4, "pod", 0, print)
+
+
+def test_convert_progress_bar_only_on_a_terminal(tmp_path: Path) -> None:
+    src = write_lines(tmp_path / "mc.jsonl", mooncake_lines(5_000))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def argv(out: str) -> list[str]:
+        return [sys.executable, "-m", "litehit_service", "convert", "--from", "mooncake",
+                str(src), "-o", str(tmp_path / out), "--block-size", "4"]  # fmt: skip
+
+    plain = subprocess.run(argv("plain.jsonl"), capture_output=True, text=True, env=env, timeout=60)
+    assert plain.returncode == 0
+    assert plain.stderr.count("\n") == 1 and "\r" not in plain.stderr  # the summary only
+    assert plain.stderr.startswith("convert: 5000 events, 1 instances, ")
+
+    code, tty_err = run_on_terminal(argv("tty.jsonl"), env)
+    assert code == 0
+    # tqdm's bar over the input's bytes: "convert:   0%|     | 0.00/171k [00:00<?, ?B/s]"
+    assert re.search(r"\rconvert:\s+0%\|\s*\| 0\.00/\S+ \[00:00<\?, \?B/s\]", tty_err), tty_err
+    assert "convert: 5000 events, 1 instances, " in tty_err
+    assert (tmp_path / "tty.jsonl").read_bytes() == (tmp_path / "plain.jsonl").read_bytes()

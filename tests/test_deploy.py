@@ -370,8 +370,16 @@ def test_grafana_dashboard_provider_points_to_the_mounted_dashboard_dir(
 
 
 def test_dashboard_template_variables(dashboard: dict[str, Any]) -> None:
+    names = [v["name"] for v in dashboard["templating"]["list"]]
+    assert names == ["datasource", "instance_group", "instance_id"]  # the data source first
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert set(variables) == {"instance_group", "instance_id"}
+    source = variables.pop("datasource")
+    assert (source["type"], source["query"]) == ("datasource", "prometheus")
+    assert (source["multi"], source["includeAll"]) == (False, False)
+    # its default is the provisioned data source (by uid, and by name for the picker)
+    (provisioned,) = _yaml(DATASOURCE_FILE)["datasources"]
+    assert source["current"]["value"] == provisioned["uid"]
+    assert source["current"]["text"] == provisioned["name"]
     assert variables["instance_group"]["query"] == (
         "label_values(litehit_trace_queries_total, instance_group)"
     )
@@ -405,16 +413,34 @@ def test_dashboard_panels_do_not_overlap(dashboard: dict[str, Any]) -> None:
                 cells[(x, y)] = panel["title"]
 
 
-def test_dashboard_uses_the_provisioned_datasource_uid(dashboard: dict[str, Any]) -> None:
+def test_dashboard_reads_through_the_datasource_variable(dashboard: dict[str, Any]) -> None:
     text = DASHBOARD_FILE.read_text(encoding="utf-8")
     assert "${DS_" not in text and "__inputs" not in dashboard
-    uid = _yaml(DATASOURCE_FILE)["datasources"][0]["uid"]
-    refs = [v["datasource"] for v in dashboard["templating"]["list"]]
+    queries = [v for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    refs = [v["datasource"] for v in queries]
     for panel in _panels(dashboard):
         refs.append(panel["datasource"])
         refs.extend(t["datasource"] for t in panel["targets"])
     assert len(refs) == 2 + 11 + 14
-    assert all(ref == {"type": "prometheus", "uid": uid} for ref in refs)
+    assert all(ref == {"type": "prometheus", "uid": "${datasource}"} for ref in refs)
+    # the provisioned uid appears only as the variable's default, never hard-coded
+    uid = _yaml(DATASOURCE_FILE)["datasources"][0]["uid"]
+    assert text.count(f'"uid": "{uid}"') == 0 and text.count(f'"value": "{uid}"') == 1
+
+
+def test_dashboard_says_gib(dashboard: dict[str, Any]) -> None:
+    text = DASHBOARD_FILE.read_text(encoding="utf-8")
+    assert re.findall(r"\bGB\b", text) == []  # capacity_gb labels are binary GiB
+    legends = [
+        t["legendFormat"]
+        for title in (
+            "Token hit rate per capacity (windowed)",
+            "Token hit rate per capacity (cumulative)",
+        )
+        for t in _panel(dashboard, title)["targets"]
+        if "capacity_gb" in t["legendFormat"]
+    ]
+    assert legends == ["{{instance_id}} @ {{capacity_gb}} GiB"] * 2
 
 
 def test_dashboard_hit_rate_panels(dashboard: dict[str, Any]) -> None:

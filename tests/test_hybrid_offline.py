@@ -136,9 +136,9 @@ def test_worked_example_replay_query_curve(
     }
     cfg = write_config(tmp_path, events, [group], [hybrid_instance("h")])
     assert main(["replay", str(cfg)]) == 0
-    err = capsys.readouterr().err
-    assert "h (group g, block 4 tokens, 6 requests): token hit rate" in err
-    assert "30.00%" in err and "45.00%" in err and "inf 60.00%" in err
+    out = capsys.readouterr().out
+    assert "h (group g, block 4 tokens, 6 requests): token hit rate" in out
+    assert "30.00%" in out and "45.00%" in out and "inf 60.00%" in out
     ledger = tmp_path / "out" / "litehit_facts.csv"
     assert ledger.read_text(encoding="utf-8") == WORKED_LEDGER
 

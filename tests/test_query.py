@@ -11,8 +11,14 @@ import pytest
 
 from litehit_core.facts import FactRow, FactsWriter, read_facts
 from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
-from litehit_core.projector import project_bytes, project_infinite
-from litehit_core.query import query_facts
+from litehit_core.projector import (
+    CAPACITY_SLOT_RULE,
+    MAX_CAPACITY_GB,
+    capacity_slot_bytes,
+    project_bytes,
+    project_infinite,
+)
+from litehit_core.query import FactsQuery, query_facts
 
 S = HitCurveSegment
 GIB = 1024**3
@@ -100,8 +106,8 @@ def test_worked_example_through_the_ledger(tmp_path: Path) -> None:
     assert out[-1]["total_hit_tokens"] == [28, 32]
 
 
-def test_slots_keep_caller_order_with_duplicates_zero_and_negative() -> None:
-    caps = [-1, 0, 2048 / GIB, -0.5, 0, 2048 / GIB, 1024 / GIB]
+def test_slots_keep_caller_order_with_duplicates_zero_and_infinite() -> None:
+    caps = [-1, 0, 2048 / GIB, -1.0, 0, 2048 / GIB, 1024 / GIB]
     out = list(query_facts(WORKED_ROWS, caps))
     assert [row["hit_blocks"] for row in out[:5]] == [
         [0, 0, 0, 0, 0, 0, 0],
@@ -227,7 +233,7 @@ def test_chunking_does_not_change_output(chunk_rows: int) -> None:
 
 def test_query_matches_the_projector_row_by_row() -> None:
     rows = random_rows(5, 60)
-    caps = [0, 1024 / GIB, 5000 / GIB, 20_000 / GIB, -3]
+    caps = [0, 1024 / GIB, 5000 / GIB, 20_000 / GIB, -1]
     out = list(query_facts(rows, caps, chunk_rows=16))
     totals = [0] * len(caps)
     for row, got in zip(rows, out):
@@ -270,12 +276,43 @@ def test_non_numeric_or_nan_capacity_rejected(bad: Any) -> None:
     assert repr(bad) in str(info.value)
 
 
-def test_positive_infinity_rejected_clearly() -> None:
-    with pytest.raises(InvalidRequestError, match="capacity_gb must be finite, got inf"):
-        list(query_facts(WORKED_ROWS, [math.inf]))
+RULE = "-1 (infinite) or a finite number of GiB in [0, 8589934591]"
 
 
-def test_capacity_beyond_int64_bytes_is_still_exact() -> None:
-    # 1e10 GiB is ~1.07e19 bytes, more than int64 holds: still exact (everything hits).
-    out = list(query_facts(WORKED_ROWS, [1e10, -1]))
-    assert [row["hit_blocks"] for row in out[:5]] == [[0, 0], [2, 2], [3, 3], [1, 1], [2, 2]]
+@pytest.mark.parametrize(
+    "bad", [-5, -0.5, -1.5, -2, -1e-300, math.inf, -math.inf, MAX_CAPACITY_GB + 1, 1e10]
+)
+def test_only_minus_one_is_infinite_other_bad_capacities_rejected(bad: float) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        FactsQuery([1, bad])  # at construction, before any row is read
+    assert str(info.value) == f"capacity_gb[1] must be {RULE}, got {bad!r}"
+    assert CAPACITY_SLOT_RULE == RULE
+
+
+def test_the_one_capacity_rule() -> None:
+    assert [capacity_slot_bytes(gb) for gb in (-1, -1.0, 0, 0.0, -0.0, 1, 0.5)] == [
+        -1,
+        -1,
+        0,
+        0,
+        0,
+        GIB,
+        GIB // 2,
+    ]
+    assert capacity_slot_bytes(MAX_CAPACITY_GB) == MAX_CAPACITY_GB * GIB <= 2**63 - 1
+    with pytest.raises(InvalidRequestError) as info:
+        capacity_slot_bytes(-5, "--capacity-gb")
+    assert str(info.value) == f"--capacity-gb must be {RULE}, got -5"
+
+
+def test_largest_capacity_is_exact() -> None:
+    # MAX_CAPACITY_GB GiB is the largest slot whose bytes fit in int64: everything hits.
+    out = list(query_facts(WORKED_ROWS, [MAX_CAPACITY_GB, -1, 0]))
+    assert [row["hit_blocks"] for row in out[:5]] == [
+        [0, 0, 0],
+        [2, 2, 0],
+        [3, 3, 0],
+        [1, 1, 0],
+        [2, 2, 0],
+    ]
+    assert out[-1]["capacity_gb"] == [MAX_CAPACITY_GB, -1, 0]

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import random
-import select
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
+from terminal import run_on_terminal
 
 from litehit_core import FactRow, FactsWriter, HitCurveSegment, LiteHit, query_facts, read_facts
 from litehit_service.cli import main
@@ -121,13 +117,13 @@ def test_slots_keep_caller_order_duplicates_and_zero(
 def test_negative_values_parse_as_capacities(
     worked: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # -1 first, a negative fraction, and options after the list
-    code, out, _ = run(capsys, "--capacity-gb", "-1", "-0.5", "8", "--summary-only", str(worked))
+    # -1 first, -1 as a float, and options after the list
+    code, out, _ = run(capsys, "--capacity-gb", "-1", "-1.0", "8", "--summary-only", str(worked))
     assert code == 0
     rows = summaries(out)
     assert len(out.splitlines()) == 2
     # ints stay ints in the echo, floats stay floats
-    assert '"capacity_gb":[-1,-0.5,8]' in out.splitlines()[1]
+    assert '"capacity_gb":[-1,-1.0,8]' in out.splitlines()[1]
     assert rows[1]["total_hit_tokens"] == [32, 32, 32]
 
 
@@ -234,22 +230,61 @@ def test_missing_facts_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.parametrize(
-    ("value", "reason"),
-    [
-        ("abc", "must be a number of GiB (negative = infinite), got 'abc'"),
-        ("inf", "must be finite (use a negative value such as -1 for infinite), got 'inf'"),
-        ("nan", "must be finite (use a negative value such as -1 for infinite), got 'nan'"),
-        ("1e300", "must be at most 8589934591 GiB (bytes must fit in int64), got '1e300'"),
-    ],
+    "value", ["abc", "inf", "nan", "1e300", "8589934592", "-5", "-0.5", "-2", "-1.5"]
 )
 def test_bad_capacity_rejected(
-    worked: Path, capsys: pytest.CaptureFixture[str], value: str, reason: str
+    worked: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
     with pytest.raises(SystemExit) as info:
         main(["query", str(worked), "--capacity-gb", "1", value])
     assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert f"argument --capacity-gb: {reason}" in err
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        "litehit query: error: argument --capacity-gb: must be -1 (infinite) or a finite "
+        f"number of GiB in [0, 8589934591], got {value!r}"
+    )
+
+
+@pytest.mark.parametrize("value", ["-inf", "-1e-9"])
+def test_negative_values_argparse_reads_as_options(
+    worked: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # argparse takes "-inf" / "-1e-9" for an option; either way: exit 2 naming the value
+    with pytest.raises(SystemExit) as info:
+        main(["query", str(worked), "--capacity-gb", "1", value])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"litehit: error: unrecognized arguments: {value}"
+    )
+    with pytest.raises(SystemExit) as info:
+        main(["query", str(worked), f"--capacity-gb={value}"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "litehit query: error: argument --capacity-gb: must be -1 (infinite) or a finite "
+        f"number of GiB in [0, 8589934591], got {value!r}"
+    )
+
+
+def test_bad_capacity_exit_code_as_a_program(worked: Path) -> None:
+    argv = [sys.executable, "-m", "litehit_service", "query", str(worked), "--capacity-gb", "-5"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(
+        "argument --capacity-gb: must be -1 (infinite) or a finite number of GiB in "
+        "[0, 8589934591], got '-5'\n"
+    )
+
+
+def test_zero_capacity_is_valid_and_hits_nothing(
+    worked: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, str(worked), "--capacity-gb", "0", "0.0", "--summary-only")
+    assert code == 0
+    total = summaries(out)[-1]
+    assert total["capacity_gb"] == [0, 0.0]
+    assert total["total_hit_tokens"] == [0, 0] and total["hit_rates"] == [0.0, 0.0]
 
 
 def test_capacity_list_required(worked: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -331,27 +366,7 @@ def test_progress_bar_only_on_a_terminal(worked: Path) -> None:
     assert plain.stderr.count("\n") == 1 and "\r" not in plain.stderr
     assert plain.stderr.startswith("query: 5 requests, 1 instances, ")
 
-    master, slave = pty.openpty()
-    # a terminal of 100 columns (tqdm draws nothing on a zero-width pty)
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    try:
-        proc = subprocess.Popen(argv, stderr=slave, stdout=subprocess.DEVNULL, env=env)
-        os.close(slave)
-        chunks = []
-        while True:
-            ready, _, _ = select.select([master], [], [], 60)
-            if not ready:
-                break
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        os.close(master)
-    tty_err = b"".join(chunks).decode()
+    code, tty_err = run_on_terminal(argv, env)
+    assert code == 0
     assert "req [" in tty_err  # tqdm's bar: "0req [00:00, ?req/s]"
     assert "query: 5 requests, 1 instances, " in tty_err

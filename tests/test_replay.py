@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from litehit_service.offline.config import (
 from litehit_service.offline.replay import run_replay
 from litehit_service.policy import QueryPolicy
 
+ROOT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
 SLOT2 = 2048 / GIB  # 2 blocks of 1024 bytes
 SLOT3 = 3072 / GIB  # 3 blocks of 1024 bytes
@@ -132,17 +136,119 @@ WORKED_FACTS = (
 # ----------------------------------------------------------------------------- end to end
 
 
+def test_json_summary_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = setup(tmp_path, WORKED)
+    for extra in ([], ["--quiet"]):  # --quiet drops the bar and the text, not the object
+        assert main(["replay", str(cfg), "--json", *extra]) == 0
+        out, err = capsys.readouterr()
+        assert err == ""
+        assert out.count("\n") == 1 and out.endswith("}\n")
+        summary = json.loads(out)
+        elapsed, rate = summary.pop("elapsed_s"), summary.pop("requests_per_s")
+        assert type(elapsed) is float and elapsed > 0 and rate == pytest.approx(5 / elapsed)
+        assert summary == {
+            "requests": 5,
+            "rows": 5,
+            "writes_skipped": 0,
+            "facts_path": str(tmp_path / "out" / "litehit_facts.csv"),
+            "instances": [
+                {
+                    "instance_id": "i",
+                    "instance_group": "g",
+                    "block_size": 4,
+                    "requests": 5,
+                    "input_tokens": 54,
+                    "capacities": [
+                        {
+                            "capacity_gb": SLOT2,
+                            "capacity_blocks": 2,
+                            "hit_blocks": 7,
+                            "hit_tokens": 28,
+                            "hit_rate": 28 / 54,
+                        },
+                        {
+                            "capacity_gb": SLOT3,
+                            "capacity_blocks": 3,
+                            "hit_blocks": 7,
+                            "hit_tokens": 28,
+                            "hit_rate": 28 / 54,
+                        },
+                    ],
+                    "theoretical_hit_tokens": 32,
+                    "theoretical_hit_rate": 32 / 54,
+                }
+            ],
+        }
+
+
+def test_json_summary_of_several_instances_and_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [*WORKED, ev("i", 6, [A], 4, kind="write")]
+    groups = [group(), {"name": "whole", "capacity_gb": [1, 0.5]}]  # no theoretical maximum
+    instances = [instance("i"), instance("b", "whole", block_size=8, size=2048)]
+    cfg = setup(tmp_path, lines, groups, instances, fanout_all_instances=True)
+    assert main(["replay", str(cfg), "--json"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert (summary["requests"], summary["rows"], summary["writes_skipped"]) == (5, 10, 1)
+    b, i = summary["instances"]  # sorted by id
+    assert (i["instance_id"], i["theoretical_hit_tokens"]) == ("i", 32)
+    assert b == {
+        "instance_id": "b",
+        "instance_group": "whole",
+        "block_size": 8,
+        "requests": 5,
+        "input_tokens": 54,
+        "capacities": [  # ascending, a whole number of GiB as an int
+            {
+                "capacity_gb": 0.5,
+                "capacity_blocks": 262144,
+                "hit_blocks": 3,
+                "hit_tokens": 24,
+                "hit_rate": 24 / 54,
+            },
+            {
+                "capacity_gb": 1,
+                "capacity_blocks": 524288,
+                "hit_blocks": 3,
+                "hit_tokens": 24,
+                "hit_rate": 24 / 54,
+            },
+        ],
+        "theoretical_hit_tokens": None,
+        "theoretical_hit_rate": None,
+    }
+
+
+def test_summary_on_stdout_as_a_program(tmp_path: Path) -> None:
+    cfg = setup(tmp_path, WORKED)
+    argv = [sys.executable, "-m", "litehit_service", "replay", str(cfg)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("  i (group g, block 4 tokens, 5 requests)")
+    assert lines[1].startswith("replay: 5 requests, 1 instances, 5 rows, ")
+    result = subprocess.run(argv + ["--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert json.loads(result.stdout)["instances"][0]["theoretical_hit_tokens"] == 32
+
+
 def test_worked_example_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = setup(tmp_path, WORKED)
-    rc, err = cli(capsys, str(cfg))
-    assert rc == 0, err
+    rc = main(["replay", str(cfg)])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, "")  # the summary is on stdout; no bar (stderr is no terminal)
     assert facts_text(tmp_path) == WORKED_FACTS
     assert not list((tmp_path / "out").glob("*.tmp"))
-    last = err.strip().splitlines()[-1]
+    first, last = out.splitlines()
+    assert first == (
+        "  i (group g, block 4 tokens, 5 requests): token hit rate 1.90735e-06 GiB 51.85%, "
+        "2.86102e-06 GiB 51.85%, inf 59.26%"
+    )
     assert last.startswith("replay: 5 requests, 1 instances, 5 rows, ")
     assert last.endswith(f"requests/s -> {tmp_path / 'out' / 'litehit_facts.csv'}")
-    assert "i (group g, block 4 tokens, 5 requests): token hit rate" in err
-    assert "51.85%" in err and "inf 59.26%" in err
 
     rows = list(query_facts(read_facts(tmp_path / "out" / "litehit_facts.csv"), [SLOT2, SLOT3, -1]))
     assert [r["hit_blocks"] for r in rows[:5]] == [

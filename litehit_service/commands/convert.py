@@ -11,6 +11,8 @@ backwards (a replay would reject the file).
 All or nothing: the output (and the optional ``--emit-config`` file) is written to
 ``<path>.<pid>.tmp`` and renamed only when the whole input converted; on any error nothing is
 published, the message ``path:line: reason`` goes to stderr and the exit code is 2.
+A progress bar (the input's bytes; LMCache: events) is drawn on stderr only when it is a
+terminal; the run ends with a one-line summary there.
 Cost: O(input size) time, O(longest line) memory (LMCache: O(events), as logs are sorted).
 """
 

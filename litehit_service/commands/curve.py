@@ -5,8 +5,14 @@ or, with ``--server HOST:PORT --instance ID``, of a running instance (GetHitRate
 Reads a facts ledger once, builds one exact curve per instance with the core's
 accumulator (no capacity sweep; see :mod:`litehit_service.curve`), then writes
 
-- a PNG (``-o``): one line per instance, capacity in GiB on a log axis (``--linear`` for
-  a linear one), the theoretical maximum dashed, the 90/95/99%-of-max points labelled;
+- a plot (``-o``; PNG, SVG or PDF as its extension says, any other extension a usage
+  error before any work): one line per instance, capacity in GiB on a log axis
+  (``--linear`` for a linear one) from just below where the curves start to rise, with
+  the capacity in blocks on top when all instances share one block size in bytes, the
+  theoretical maximum dashed, the 90/95/99%-of-max points labelled, a title naming the
+  trace (the ledger's folder) and the instances; ``--block-bytes-unknown`` draws the
+  capacity in blocks only (for a ledger whose bytes per block are a placeholder, such as
+  ``litehit convert --emit-config``'s);
 - the full breakpoint list as CSV (``--csv``): ``instance_id, capacity_blocks,
   capacity_bytes, capacity_gb, hit_tokens, hit_rate`` (a live curve of more than 100,000
   corners: its exact samples);
@@ -15,7 +21,7 @@ accumulator (no capacity sweep; see :mod:`litehit_service.curve`), then writes
 All or nothing: files are written to ``<path>.<pid>.tmp`` and renamed only when everything
 succeeded. Errors print ``path:line: reason`` (malformed facts) or ``litehit curve: error:
 ...`` on stderr and exit 2. Cost: O(facts size) to read plus O(B log B) per instance for B
-breakpoints; the PNG dominates when drawn (``--no-png`` skips it).
+breakpoints; the plot dominates when drawn (``--no-png`` skips it).
 """
 
 from __future__ import annotations
@@ -53,13 +59,20 @@ def register(subparsers: Any) -> None:
         "-o",
         "--output",
         metavar="CURVE.png",
-        help="PNG to write (required unless --no-png)",
+        help="plot to write, in the format its extension names: .png, .svg or .pdf "
+        "(required unless --no-png)",
     )
     p.add_argument("--csv", metavar="CURVE.csv", help="also write every exact breakpoint as CSV")
     p.add_argument("--instance", metavar="ID", help="only this instance_id")
     p.add_argument("--linear", action="store_true", help="linear capacity axis (default: log)")
     p.add_argument(
         "--no-png", action="store_true", help="skip the plot (table and --csv only; no -o)"
+    )
+    p.add_argument(
+        "--block-bytes-unknown",
+        action="store_true",
+        help="the bytes per block are a placeholder (e.g. from convert --emit-config): draw "
+        "the capacity in blocks, labelled 'bytes per block unknown', instead of GiB",
     )
     add_max_line_bytes(p, "facts file")
     p.set_defaults(func=run)
@@ -80,6 +93,8 @@ def _option_error(args: argparse.Namespace) -> str | None:
         return "-o/--output CURVE.png is required (or pass --no-png)"
     if args.no_png and args.linear:
         return "--linear only affects the PNG, which --no-png skips"
+    if args.no_png and args.block_bytes_unknown:
+        return "--block-bytes-unknown only affects the plot, which --no-png skips"
     outputs = [p for p in (args.output, args.csv) if p is not None]
     real = [os.path.realpath(p) for p in outputs]
     if args.facts is not None and os.path.realpath(args.facts) in real:
@@ -88,6 +103,12 @@ def _option_error(args: argparse.Namespace) -> str | None:
         return "-o and --csv must be different files"
     if args.instance is not None and not args.instance:
         return "--instance must not be empty"
+    if args.output is not None:
+        from litehit_service.offline.plot import plot_format_error
+
+        problem = plot_format_error(args.output)
+        if problem is not None:
+            return f"-o/--output {problem}"
     return None
 
 
@@ -107,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         instance_id=args.instance,
         linear=args.linear,
         max_line_bytes=args.max_line_bytes,
+        block_bytes_unknown=args.block_bytes_unknown,
     )
     sys.stdout.write(result.table)
     sys.stdout.flush()
@@ -139,7 +161,14 @@ def _run_live(args: argparse.Namespace) -> int:
         return [fetched[0].curve]
 
     title = f"Exact LRU prefix-cache hit rate, live: {args.instance} on {args.server}"
-    curves, outputs = render_curves(build, args.output, args.csv, linear=args.linear, title=title)
+    curves, outputs = render_curves(
+        build,
+        args.output,
+        args.csv,
+        linear=args.linear,
+        title=title,
+        block_bytes_unknown=args.block_bytes_unknown,
+    )
     sys.stdout.write(format_table(curves))
     live = fetched[0]
     if not live.exact_everywhere:

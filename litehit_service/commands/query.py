@@ -3,7 +3,8 @@
 Output (one compact JSON object per line, shapes from :func:`litehit_core.query_facts`):
 one row per request, one summary per instance (lexicographic ``instance_id``), one total
 row; ``--summary-only`` keeps just the summaries and the total. Slots keep the caller's
-order; duplicates and 0 are allowed; a negative capacity (e.g. ``-1``) means infinite.
+order; duplicates and 0 are allowed; ``-1`` means infinite (any other negative value, NaN
+or inf is a usage error, exit code 2).
 
 All or nothing: the output goes to ``<OUT>.<pid>.tmp`` (or, for stdout, a spooled temporary
 buffer) and is published only after the last row was read and projected, so a malformed
@@ -16,12 +17,11 @@ Cost: O(rows x slots) time, O(chunk + instances x slots) memory (plus the output
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from typing import Any
 
-from litehit_core import MAX_CAPACITY_GB
+from litehit_core import CAPACITY_SLOT_RULE, InvalidRequestError, capacity_slot_bytes
 from litehit_service.commands import UsageError, add_max_line_bytes
 
 
@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
         "query",
         help="hits of a facts file at given capacities (GiB) as JSON lines",
         description=(
-            "Project every request of a facts ledger at each capacity (GiB; negative = "
+            "Project every request of a facts ledger at each capacity (GiB; -1 = "
             "infinite) and print one JSON object per line: per-request rows, one summary per "
             "instance, one total. Output is all or nothing; errors exit 2."
         ),
@@ -44,8 +44,8 @@ def register(subparsers: Any) -> None:
         required=True,
         type=capacity_arg,
         metavar="G",
-        help="capacities in GiB, in output slot order; 0 and duplicates allowed; "
-        "negative (e.g. -1) = infinite",
+        help="capacities in GiB, in output slot order; 0 (no hits) and duplicates allowed; "
+        "-1 = infinite (the only negative value accepted)",
     )
     p.add_argument(
         "-o", "--output", metavar="OUT.jsonl", help="write here (atomically) instead of stdout"
@@ -60,27 +60,20 @@ def register(subparsers: Any) -> None:
 
 
 def capacity_arg(text: str) -> int | float:
-    """Parse one ``--capacity-gb`` value: an int (kept as int) or a finite float.
-
-    Negative means infinite; the value is echoed as given in the summaries' ``capacity_gb``.
-    """
+    """Parse one ``--capacity-gb`` value: an int (kept as int) or a float, checked by the
+    core's one rule (:func:`litehit_core.capacity_slot_bytes`: -1 = infinite, else finite
+    and in [0, MAX_CAPACITY_GB]); the value is echoed as given in the summaries'
+    ``capacity_gb``. An ``ArgumentTypeError`` (exit code 2) names the text otherwise."""
     value: int | float | None
     try:
         value = int(text)
     except ValueError:
         value = _float_or_none(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(
-            f"must be a number of GiB (negative = infinite), got {text!r}"
-        )
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(
-            f"must be finite (use a negative value such as -1 for infinite), got {text!r}"
-        )
-    if value > MAX_CAPACITY_GB:
-        raise argparse.ArgumentTypeError(
-            f"must be at most {MAX_CAPACITY_GB} GiB (bytes must fit in int64), got {text!r}"
-        )
+    try:
+        capacity_slot_bytes(value)
+    except InvalidRequestError:
+        raise argparse.ArgumentTypeError(f"must be {CAPACITY_SLOT_RULE}, got {text!r}") from None
+    assert value is not None  # None is not a number: rejected above
     return value
 
 

@@ -3,8 +3,10 @@
 Drives the same manager as ``litehit serve`` in process and writes
 ``<output_result_path>/litehit_facts.csv`` (see :mod:`litehit_service.offline.replay`; the
 config fields: :mod:`litehit_service.offline.config`). A progress bar goes to stderr only
-when it is a terminal; the run ends with one line per instance (token hit rate per capacity) and a
-one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on stderr.
+when it is a terminal; the run ends with one line per instance (token hit rate per capacity)
+and a one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on
+stdout, or, with ``--json``, the same as one JSON object on stdout
+(:meth:`~litehit_service.offline.replay.ReplaySummary.to_json`). Errors go to stderr.
 
 Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
 published); 1 unexpected internal error (also nothing published); 130 / 143 stopped by
@@ -14,6 +16,7 @@ SIGINT / SIGTERM (the ledger's temporary removed, a previous ledger untouched).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -44,7 +47,14 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--quiet",
         action="store_true",
-        help="no progress bar and no summary (errors are still printed)",
+        help="no progress bar and no text summary (errors are still printed; --json still "
+        "prints its object)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON object on stdout: totals, elapsed seconds, the "
+        "facts path and per instance its hit tokens and hit rate at every capacity",
     )
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
@@ -61,7 +71,8 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the replay; per-instance lines and the summary go to stderr (errors raise)."""
+    """Run the replay; the per-instance lines and the summary (or ``--json``: one JSON
+    object) go to stdout, the progress bar to stderr (errors raise)."""
     from litehit_service.offline.config import load_config
     from litehit_service.offline.replay import run_replay, with_touch_order, with_workers
 
@@ -75,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet and sys.stderr.isatty(),
         max_line_bytes=args.max_line_bytes,
     )
-    if not args.quiet:
+    if args.json:
+        print(json.dumps(summary.to_json(), separators=(",", ":")))
+    elif not args.quiet:
         for line in summary.instance_lines():
-            print(line, file=sys.stderr)
-        print(summary.summary_line(), file=sys.stderr)
+            print(line)
+        print(summary.summary_line())
     return 0

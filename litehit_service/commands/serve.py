@@ -74,7 +74,8 @@ _OPTIONS = (
     _Option("--metrics-listen", "LITEHIT_METRICS_LISTEN", "127.0.0.1:9464", _address,
             "Prometheus /metrics HOST:PORT (port 0 = any)", "ADDR"),
     _Option("--data-dir", "LITEHIT_DATA_DIR", "./litehit-data", str,
-            "directory of the SQLite registry and of state/ snapshots; created if missing",
+            "directory of the SQLite registry and of state/ snapshots; created if missing "
+            "(and removed again, with the files this start made, if the start fails)",
             "DIR"),
     _Option("--groups", "LITEHIT_GROUPS", None, str,
             'JSON/YAML file {"instance_groups": [...], "instances": [...]} (proto field names) '

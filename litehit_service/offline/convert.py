@@ -8,7 +8,9 @@ while Mooncake traces start at 0 ms. Output timestamps must not go backwards (a 
 would reject the file).
 
 All or nothing: the output (and the optional starter config) is written to ``<path>.<pid>.tmp``
-and renamed only when the whole input converted. Cost: O(input size) time, O(longest line)
+and renamed only when the whole input converted. When stderr is a terminal a progress bar
+shows there: the input's bytes (percent, rate, ETA) for Mooncake and standard traces, the
+events written for LMCache (read and sorted first). Cost: O(input size) time, O(longest line)
 memory (LMCache: O(events), as logs are sorted).
 """
 
@@ -17,20 +19,30 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from litehit_core import LocatedError
-from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
-from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
+from litehit_service.offline.outputs import (
+    atomic_outputs,
+    byte_progress,
+    file_size,
+    progress,
+    run_line,
+    tmp_path,
+)
 from litehit_service.offline.traces import (
     INT64_MAX,
     TraceEvent,
+    check_utf8,
     format_standard_event,
+    open_trace,
+    parse_mooncake_line,
+    parse_standard_line,
     read_lmcache,
-    read_mooncake,
-    read_standard,
+    trace_lines,
 )
 
 FORMATS = ("mooncake", "lmcache", "standard")
@@ -112,13 +124,10 @@ def _convert(
 ) -> tuple[int, list[str], str]:
     """Write the output (and config) tmp files; returns (events, instance ids, stderr note)."""
     sizes: dict[str, int] = {}
-    events: Iterable[TraceEvent]
+    events: Iterable[TraceEvent] | None = None
     total: int | None = None
     if fmt == "mooncake":
         block_size = block_size_arg or DEFAULT_MOONCAKE_BLOCK_SIZE
-        events = read_mooncake(
-            input_path, block_size, instance_id or "default", max_line_bytes=max_line_bytes
-        )
     elif fmt == "lmcache":
         trace = read_lmcache(input_path, model, kv_bytes_per_chunk, max_line_bytes=max_line_bytes)
         events, total = trace.events, len(trace.events)
@@ -137,12 +146,18 @@ def _convert(
             )
     else:
         block_size = block_size_arg or DEFAULT_STANDARD_BLOCK_SIZE
-        events = read_standard(input_path, max_line_bytes=max_line_bytes)
 
     with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
-        count, instances = _write_events(
-            progress(events, "ev", total), out, time_offset_ns, input_path
-        )
+        if events is not None:  # LMCache: read (and sorted) already; a bar of events
+            count, instances = _write_events(
+                progress(events, "ev", total), out, time_offset_ns, input_path
+            )
+        else:  # a bar of the input's bytes
+            with byte_progress(file_size(input_path), "convert") as advance:
+                lines = trace_events(
+                    fmt, input_path, block_size, instance_id or "default", max_line_bytes, advance
+                )
+                count, instances = _write_events(lines, out, time_offset_ns, input_path)
     if count == 0:
         raise LocatedError(input_path, 0, "no events to convert")
 
@@ -156,13 +171,59 @@ def _convert(
                     f"note: {emit_config}: location spec size {size} bytes per block is a "
                     f"placeholder ({PLACEHOLDER_BYTES_PER_TOKEN} bytes per token x block_size "
                     f"{block_size}, Llama-3.1-8B bf16); set your model's KV bytes per block "
-                    "(or pass --kv-bytes-per-chunk)"
+                    "(or pass --kv-bytes-per-chunk); until then, 'litehit curve "
+                    "--block-bytes-unknown' draws capacities in blocks"
                 )
         config = starter_config(output, block_size, sizes)
         with open(tmp_paths[1], "w", encoding="utf-8", newline="\n") as fh:
             json.dump(config, fh, indent=2)
             fh.write("\n")
     return count, instances, note
+
+
+def trace_events(
+    fmt: str,
+    path: str,
+    block_size: int,
+    instance_id: str,
+    max_line_bytes: int,
+    advance: Callable[[int], object],
+) -> Iterator[TraceEvent]:
+    """The events of a Mooncake or standard trace (``fmt``), in file order, as
+    :func:`~litehit_service.offline.traces.read_mooncake` / ``read_standard`` yield them
+    (the same line parsers, blank lines skipped, fail-fast at the first bad line or one
+    longer than ``max_line_bytes``), calling ``advance(bytes)`` after each chunk of lines
+    read: the progress bar's feed. ``block_size`` and ``instance_id`` apply to Mooncake.
+    ``ValueError`` at call time for a ``block_size`` or ``max_line_bytes`` that is not an
+    integer > 0. O(file size); memory O(one chunk of lines)."""
+    check_max_line_bytes(max_line_bytes)
+    if type(block_size) is not int or block_size <= 0:
+        raise ValueError(f"block_size must be an integer > 0, got {block_size!r}")
+    return _trace_events(fmt == "mooncake", path, block_size, instance_id, max_line_bytes, advance)
+
+
+def _trace_events(
+    mooncake: bool,
+    path: str,
+    block_size: int,
+    instance_id: str,
+    max_line_bytes: int,
+    advance: Callable[[int], object],
+) -> Iterator[TraceEvent]:
+    line_no = 0
+    with open_trace(path) as fh:
+        for lines in trace_lines(fh, path, max_line_bytes):
+            for text in lines:
+                line_no += 1
+                if not text.isascii():
+                    check_utf8(text, line_no, path)
+                if mooncake:
+                    event = parse_mooncake_line(text, line_no, path, block_size, instance_id)
+                else:
+                    event = parse_standard_line(text, line_no, path)
+                if event is not None:
+                    yield event
+            advance(sum(map(len, lines)))
 
 
 def _write_events(

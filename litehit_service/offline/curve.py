@@ -7,10 +7,10 @@ is exact at every capacity, in the unit of the instance's model: piecewise linea
 (model ``lru``, converted to GiB with the instance's ``block_bytes``; one block size per
 instance, checked) or a staircase in bytes (model ``hybrid``).
 
-This module computes (:func:`build_curves`), renders the text table (:func:`format_table`),
-the breakpoint CSV (:func:`write_breakpoints_csv`) and the PNG (:func:`plot_curves`, the
-matplotlib Agg canvas, imported lazily; no display needed). Files are written to
-``<path>.<pid>.tmp`` by the writers; ``litehit curve`` publishes them with
+This module computes (:func:`build_curves`), renders the text table (:func:`format_table`)
+and the breakpoint CSV (:func:`write_breakpoints_csv`); the plot (PNG, SVG or PDF) is
+:mod:`litehit_service.offline.plot`'s. Files are written to ``<path>.<pid>.tmp`` by the
+writers; ``litehit curve`` publishes them with
 :func:`litehit_service.offline.outputs.atomic_outputs`; :func:`run_curve` is the whole
 ``litehit curve`` command.
 """
@@ -24,12 +24,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-import numpy as np
-
-from litehit_core import FactRow, InvalidRequestError, read_facts
-from litehit_core.curve import GIB, MARK_PERCENTS, InstanceCurve
+from litehit_core import FACTS_FILENAME, FactRow, InvalidRequestError, read_facts
+from litehit_core.curve import GIB, InstanceCurve
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
+from litehit_service.offline.plot import curve_title, plot_curves, plot_format
 
 TABLE_ROWS = 30
 """Log-spaced capacity rows of the text table (fewer when the curve saturates early)."""
@@ -42,9 +41,6 @@ CSV_HEADER = (
     "hit_rate",
 )
 """The breakpoint CSV: ``capacity_blocks`` is 0 for curves in bytes (hybrid instances)."""
-PLOT_SAMPLES = 1500
-"""Log-spaced samples per line added to the exact breakpoints (a straight piece in blocks
-is curved on a log axis, so breakpoints alone would draw it wrong)."""
 
 
 class CurveError(InvalidRequestError):
@@ -193,147 +189,6 @@ def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLi
         return write_breakpoints(curves, fh)
 
 
-# ---------------------------------------------------------------- plot
-
-
-def sample_curve(
-    curve: InstanceCurve,
-    x_end: float,
-    linear: bool = False,
-    samples: int = PLOT_SAMPLES,
-    x_start: float = 1.0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Points ``(capacity, hit_rate)`` (float numpy arrays, capacities in the curve's unit)
-    that draw ``curve`` right.
-
-    Linear axis: the exact breakpoints up to ``x_end`` plus 0 and the end (the curve is
-    straight between them). Log axis (from ``x_start``): the breakpoints plus ``samples``
-    log-spaced capacities, each evaluated exactly on the piecewise-linear curve, so no gap
-    between consecutive points exceeds a ratio of ``(x_end / x_start) ** (1 / (samples -
-    1))``. O(B + samples).
-    """
-    points = curve.breakpoints()
-    caps = np.fromiter((c for c, _ in points), dtype=np.float64, count=len(points))
-    hits = np.fromiter((h for _, h in points), dtype=np.float64, count=len(points))
-    if linear:
-        xs = np.union1d(caps[caps <= x_end], [0.0, x_end])
-    else:
-        grid = np.geomspace(x_start, max(x_end, x_start), samples)
-        xs = np.union1d(caps[(caps >= x_start) & (caps <= x_end)], grid)
-    return xs, np.interp(xs, caps, hits) / (curve.input_tokens or 1)
-
-
-def plot_curves(
-    curves: Sequence[InstanceCurve],
-    path: str | os.PathLike[str],
-    linear: bool = False,
-    title: str = "",
-) -> None:
-    """Draw one line per curve (capacity GiB vs token hit rate) to a PNG at ``<path>.<pid>.tmp``.
-
-    Log x axis unless ``linear``; the theoretical maximum of each curve is a dashed
-    horizontal line in the curve's colour; the :data:`MARK_PERCENTS` points are marked and
-    labelled. Lines are exact: every breakpoint is drawn, plus log-spaced samples between
-    them (evaluated on the piecewise-linear curve). O(B + samples) per curve plus rendering.
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import PercentFormatter
-
-    fig = Figure(figsize=(10, 6), dpi=120, layout="constrained")
-    ax = fig.add_subplot()
-    x_max_gb = max(cur.capacity_gb(max(cur.saturation, 1)) for cur in curves)
-    if linear:
-        x_max_gb *= 1.1
-    elif len(curves) == 1:  # room for the flat tail and the labels right of the 99% point
-        x_max_gb = max(2.0 * x_max_gb, 8.0 * curves[0].mark(MARK_PERCENTS[-1]).capacity_gb)
-    else:
-        x_max_gb *= 2.0
-    # from the first capacity with a hit (a block for block curves at the least), so the
-    # log axis starts where the curves do
-    x_min_gb = min(cur.capacity_gb(max(cur.first_hit, 1)) for cur in curves)
-    y_top = max(cur.infinite_hit_rate for cur in curves)
-    single = len(curves) == 1
-    for idx, cur in enumerate(curves):
-        xs, ys = sample_curve(
-            cur, x_max_gb * GIB / cur.unit_bytes, linear, x_start=x_min_gb * GIB / cur.unit_bytes
-        )
-        xs_gb = xs * (cur.unit_bytes / GIB)
-        color = f"C{idx % 10}"
-        inf_rate = cur.infinite_hit_rate
-        marks = cur.marks()
-        label = (
-            f"{cur.instance_id} ({cur.block_size_tokens}-token blocks, max {100 * inf_rate:.2f}%)"
-        )
-        if not single:  # several lines: the marked capacities go in the legend
-            label += "\n" + "/".join(f"{m.percent}" for m in marks) + "% of max at "
-            label += " / ".join(_short_gb(m.capacity_gb) for m in marks)
-        ax.plot(xs_gb, ys, color=color, linewidth=1.6, label=label)
-        ax.axhline(inf_rate, color=color, linestyle="--", linewidth=1.0, alpha=0.8)
-        for k, m in enumerate(marks):
-            if not linear and m.capacity < 1:
-                continue  # capacity 0 has no place on a log axis
-            ax.vlines(m.capacity_gb, 0, m.hit_rate, colors=color, linestyles=":", alpha=0.6)
-            ax.plot([m.capacity_gb], [m.hit_rate], marker="o", color=color, markersize=5)
-            if not single:  # a short tag above-left of the point (the curve is lower there)
-                ax.annotate(
-                    f"{m.percent}%",
-                    xy=(m.capacity_gb, m.hit_rate),
-                    xytext=(-4, 3),
-                    textcoords="offset points",
-                    fontsize=7,
-                    color=color,
-                    ha="right",
-                    va="bottom",
-                )
-                continue
-            # right of the point and below 90% of the max, where the curve is not
-            x_text = m.capacity_gb * 1.3 if not linear else m.capacity_gb + 0.02 * x_max_gb
-            ax.annotate(
-                f"{m.percent}% of max: {_short_gb(m.capacity_gb)}",
-                xy=(m.capacity_gb, m.hit_rate),
-                xytext=(x_text, inf_rate * (0.78 - 0.08 * k)),
-                textcoords="data",
-                fontsize=8,
-                color=color,
-                va="center",
-                arrowprops={"arrowstyle": "-", "color": color, "alpha": 0.5, "linewidth": 0.7},
-            )
-    if not linear:
-        ax.set_xscale("log")
-        ax.set_xlim(x_min_gb, x_max_gb)
-        ax.set_xlabel("LRU capacity (GiB, log scale)")
-    else:
-        ax.set_xlim(0, x_max_gb)
-        ax.set_xlabel("LRU capacity (GiB)")
-    ax.set_ylim(0, min(1.0, y_top * 1.12) if y_top > 0 else 1.0)
-    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    ax.set_ylabel("token hit rate")
-    ax.set_title(title or "Exact LRU prefix-cache hit rate vs capacity")
-    ax.grid(True, which="major", alpha=0.3)
-    fig.legend(  # below the axes: never on top of a curve
-        loc="outside lower center",
-        ncols=min(len(curves), 3),
-        fontsize=8,
-        title="instance (dashed line: its infinite-capacity maximum)",
-        title_fontsize=8,
-    )
-    with open(tmp_path(path), "wb") as fh:
-        fig.savefig(fh, format="png")
-
-
-def _short_gb(gb: float) -> str:
-    """A capacity label: GiB with 3-4 significant digits (MiB/KiB below 0.01 GiB)."""
-    if gb == 0:
-        return "0 GiB"
-    if gb >= 100:
-        return f"{gb:,.0f} GiB"
-    if gb >= 0.01:
-        return f"{gb:.3g} GiB"
-    if gb >= 1 / 1024:
-        return f"{gb * 1024:.3g} MiB"
-    return f"{gb * 1024 * 1024:.3g} KiB"
-
-
 # ---------------------------------------------------------------- the command
 
 
@@ -362,11 +217,16 @@ def run_curve(
     instance_id: str | None = None,
     linear: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    block_bytes_unknown: bool = False,
 ) -> CurveRun:
-    """Read a ledger once, build every instance's exact curve, write the PNG and the
-    breakpoint CSV (all or nothing) and render the table. Raises LocatedError (a bad row,
-    or a line longer than ``max_line_bytes`` bytes) or :class:`CurveError`. O(facts) +
-    O(B log B) per instance + the PNG."""
+    """Read a ledger once, build every instance's exact curve, write the plot (``png``:
+    a .png, .svg or .pdf path, checked before anything is read) and the breakpoint CSV
+    (all or nothing) and render the table. The plot's title names the trace
+    (:func:`trace_name`) and the instances; ``block_bytes_unknown`` draws capacities in
+    blocks (see :mod:`~litehit_service.offline.plot`). Raises LocatedError (a bad row, or
+    a line longer than ``max_line_bytes`` bytes), :class:`CurveError` or
+    InvalidRequestError (the plot's extension). O(facts) + O(B log B) per instance + the
+    plot."""
     started = time.perf_counter()
     counter = [0]
 
@@ -374,11 +234,31 @@ def run_curve(
         facts = read_facts(facts_path, max_line_bytes=max_line_bytes)
         return build_curves(progress(_counted(facts, counter), "req"), instance_id)
 
-    title = f"Exact LRU prefix-cache hit rate: {os.path.basename(facts_path)}"
-    curves, outputs = render_curves(build, png, csv_path, linear=linear, title=title)
+    trace = trace_name(facts_path)
+    curves, outputs = render_curves(
+        build,
+        png,
+        csv_path,
+        linear=linear,
+        title=lambda curves: curve_title(curves, trace),
+        block_bytes_unknown=block_bytes_unknown,
+    )
     return CurveRun(
         curves, format_table(curves), counter[0], time.perf_counter() - started, outputs
     )
+
+
+def trace_name(facts_path: str | os.PathLike[str]) -> str:
+    """The trace a ledger came from, as far as its path tells (the ledger holds no trace
+    name): for ``<dir>/litehit_facts.csv`` the folder's name without the ``_results`` that
+    ``litehit convert --emit-config`` configures (``trace_results`` -> ``trace``), else the
+    file's name without its extension. O(len(path))."""
+    path = os.path.abspath(os.fspath(facts_path))
+    name = os.path.basename(path)
+    if name != FACTS_FILENAME:
+        return os.path.splitext(name)[0]
+    folder = os.path.basename(os.path.dirname(path))
+    return folder.removesuffix("_results") or folder or name
 
 
 def render_curves(
@@ -387,18 +267,26 @@ def render_curves(
     csv_path: str | None,
     *,
     linear: bool = False,
-    title: str = "",
+    title: str | Callable[[list[InstanceCurve]], str] = "",
+    block_bytes_unknown: bool = False,
 ) -> tuple[list[InstanceCurve], tuple[str, ...]]:
-    """``build()`` the curves, then write the breakpoint CSV and the PNG, all or nothing
-    (nothing is published if building or writing fails): the one output path of ``litehit
-    curve``, from a ledger or from a server. Returns the curves and the files written."""
+    """``build()`` the curves, then write the breakpoint CSV and the plot (``png``: its
+    format from its extension, checked before ``build()``), all or nothing (nothing is
+    published if building or writing fails): the one output path of ``litehit curve``,
+    from a ledger or from a server. ``title`` is the plot's, or makes it from the curves.
+    Returns the curves and the files written."""
+    if png is not None:
+        plot_format(png)  # a bad extension fails before any work
     outputs = tuple(p for p in (png, csv_path) if p is not None)
     with atomic_outputs(outputs):
         curves = build()
         if csv_path is not None:
             write_breakpoints_csv(curves, csv_path)
         if png is not None:
-            plot_curves(curves, png, linear=linear, title=title)
+            text = title(curves) if callable(title) else title
+            plot_curves(
+                curves, png, linear=linear, title=text, block_bytes_unknown=block_bytes_unknown
+            )
     return curves, outputs
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -58,6 +58,43 @@ def progress(items: Iterable[T], unit: str, total: int | None = None) -> Iterabl
     from tqdm import tqdm
 
     return tqdm(items, total=total, unit=unit, file=sys.stderr, leave=False, mininterval=0.5)
+
+
+@contextmanager
+def byte_progress(total_bytes: int | None, desc: str) -> Iterator[Callable[[int], object]]:
+    """Yield ``advance(nbytes)``: a tqdm bar of ``total_bytes`` (None: unknown) on stderr
+    when stderr is a terminal (percent, rate and ETA, as ``litehit replay`` shows), else a
+    no-op. The bar is closed (and erased) when the block ends. O(1) per call."""
+    if not sys.stderr.isatty():
+        yield _ignore
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total_bytes,
+        unit="B",
+        unit_scale=True,
+        file=sys.stderr,
+        leave=False,
+        mininterval=0.5,
+        desc=desc,
+    )
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
+def _ignore(nbytes: int) -> None:
+    """The ``advance`` of :func:`byte_progress` without a terminal."""
+
+
+def file_size(path: PathLike) -> int | None:
+    """``path``'s size in bytes (a bar's total), or None when it cannot be read."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
 
 
 def run_line(

@@ -61,7 +61,7 @@ def run_query(
     summary_only: bool = False,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> QuerySummary:
-    """Project ``facts_path`` at ``capacity_gb`` (negative = infinite) into ``output``
+    """Project ``facts_path`` at ``capacity_gb`` (GiB; -1 = infinite) into ``output``
     (None: stdout, written only once everything succeeded). Raises LocatedError (a bad
     row, or a line longer than ``max_line_bytes`` bytes) or InvalidRequestError (the
     capacity list)."""

@@ -116,6 +116,54 @@ class ReplaySummary:
             )
         return out
 
+    def to_json(self) -> dict[str, Any]:
+        """The summary as one JSON-ready object (``litehit replay --json``): the totals
+        (``requests``, ``rows``, ``writes_skipped``), ``elapsed_s``, ``requests_per_s``,
+        ``facts_path`` and per instance (sorted by id) ``instance_id``, ``instance_group``,
+        ``block_size`` (tokens), ``requests``, ``input_tokens``, one entry per configured
+        capacity (``capacity_gb``, ``capacity_blocks``, ``hit_blocks``, ``hit_tokens``,
+        ``hit_rate``) and the theoretical maximum's ``theoretical_hit_tokens`` and
+        ``theoretical_hit_rate`` (both null when the group does not track it). Counts are
+        ints; ``capacity_gb`` is an int when it is a whole number of GiB. O(slots)."""
+        return {
+            "requests": self.requests,
+            "rows": self.rows,
+            "writes_skipped": self.writes_skipped,
+            "elapsed_s": self.elapsed_s,
+            "requests_per_s": self.requests_per_s,
+            "facts_path": self.facts_path,
+            "instances": [_instance_json(s) for s in self.instance_summaries],
+        }
+
+
+def _instance_json(s: InstanceSummary) -> dict[str, Any]:
+    bs = s.debug_info.block_size
+    theoretical = s.theoretical_enabled
+    return {
+        "instance_id": s.instance_id,
+        "instance_group": s.instance_group,
+        "block_size": bs,
+        "requests": s.total_queries,
+        "input_tokens": s.total_input_tokens,
+        "capacities": [
+            {
+                "capacity_gb": _whole(c.capacity_gb),
+                "capacity_blocks": c.capacity_blocks,
+                "hit_blocks": c.total_hits,
+                "hit_tokens": c.total_hits * bs,
+                "hit_rate": c.hit_rate,
+            }
+            for c in s.capacity_summaries
+        ],
+        "theoretical_hit_tokens": s.total_max_hits * bs if theoretical else None,
+        "theoretical_hit_rate": s.max_hit_rate if theoretical else None,
+    }
+
+
+def _whole(value: float) -> int | float:
+    """``value`` as an int when it is a whole number (16.0 GiB -> 16), else unchanged."""
+    return int(value) if float(value).is_integer() else value
+
 
 def _gb(value: float) -> str:
     return f"{value:g}"
