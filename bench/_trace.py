@@ -1,7 +1,15 @@
-"""Shared benchmark helpers: the default trace, loading it, log-spaced capacities."""
+"""Shared benchmark helpers: the default trace, loading it, log-spaced capacities, and
+writing any list of requests as an LMCache lookup-hash log.
+
+Tests use :func:`write_lmcache_log` too: they load this file by path
+(``tests/test_traces.py``, ``load_bench_trace``); it is the one LMCache-log writer.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from litehit_service.offline.traces import read_mooncake
@@ -9,11 +17,88 @@ from litehit_service.offline.traces import read_mooncake
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DEFAULT_TRACE = SHARED / "traces/mooncake/conversation_trace.jsonl"
 
+MIB = 1 << 20
+LMCACHE_BYTES_PER_CHUNK = 64 * MIB
+"""Default KV bytes per chunk of :func:`write_lmcache_log` (bf16 [32, 512, 2048])."""
+_MASK64 = (1 << 64) - 1
+
 
 def load_mooncake(path: Path, block_size: int = 512) -> list[tuple[list[int], int]]:
     """``[(keys, input_length), ...]`` through the project's Mooncake reader (complete
     blocks only: ``input_length // block_size`` keys)."""
     return [(event.keys, event.input_len) for event in read_mooncake(path, block_size)]
+
+
+def mooncake_requests(path: Path, block_size: int = 512) -> list[tuple[float, list[int], int]]:
+    """``[(timestamp_s, keys, input_length), ...]`` of a Mooncake trace, for
+    :func:`write_lmcache_log`: Mooncake's millisecond timestamps become seconds (``ms /
+    1000``, whose shortest decimal form is the exact value), keys are the complete blocks'
+    ids. O(file size)."""
+    return [(e.timestamp_ns / 1e9, e.keys, e.input_len) for e in read_mooncake(path, block_size)]
+
+
+def lmcache_shape(bytes_per_chunk: int, chunk_size: int) -> list[int]:
+    """A bf16 tensor shape ``[layers, chunk_size, width]`` of exactly ``bytes_per_chunk``
+    bytes (2 bytes per element); 64 MiB at 512 tokens gives ``[32, 512, 2048]``.
+    ``bytes_per_chunk`` must be a multiple of ``2 * chunk_size``. O(1)."""
+    elements, rest = divmod(bytes_per_chunk, 2 * chunk_size)
+    if rest or elements <= 0:
+        raise ValueError(
+            f"bytes_per_chunk {bytes_per_chunk} is not a positive multiple of 2 bytes x "
+            f"chunk_size {chunk_size}"
+        )
+    layers = 32 if elements % 32 == 0 else 1
+    return [layers, chunk_size, elements // layers]
+
+
+def write_lmcache_log(
+    path: str | os.PathLike[str],
+    requests: Iterable[tuple[float, Sequence[int], int]],
+    chunk_size: int = 512,
+    model: str = "mooncake",
+    bytes_per_chunk: int = LMCACHE_BYTES_PER_CHUNK,
+    *,
+    tail_hash: bool = False,
+) -> int:
+    """Write ``requests`` as an LMCache lookup-hash log (JSONL, the fields LMCache 0.5.6's
+    ``LookupHashLoggingSubscriber`` writes); returns the number of lines.
+
+    Each request is ``(timestamp_s, keys, seq_len)``: seconds (float or int), int keys
+    (int64 or uint64) of at least ``seq_len // chunk_size`` chunks, tokens. A line holds
+    ``timestamp``, ``request_id`` (``"req-<i>"``, i from 0), ``model_name`` = ``model``,
+    ``chunk_size``, ``seq_len``, ``dtypes`` ``["bfloat16"]``, ``shapes`` (one tensor of
+    exactly ``bytes_per_chunk`` bytes, :func:`lmcache_shape`) and ``chunk_hashes``: the
+    first ``seq_len // chunk_size`` keys as ``0x`` + 16 lower-case hex digits (the low 64
+    bits, like LMCache's 8-byte hashes); further keys (Mooncake's partial tail block) are
+    dropped, unless ``tail_hash`` is true and ``seq_len`` has a partial tail chunk, in which
+    case the next key is written as that tail's hash. O(total keys).
+    """
+    if type(chunk_size) is not int or chunk_size <= 0:
+        raise ValueError(f"chunk_size must be an integer > 0, got {chunk_size!r}")
+    shapes = [lmcache_shape(bytes_per_chunk, chunk_size)]
+    n_lines = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for i, (timestamp, keys, seq_len) in enumerate(requests):
+            n = seq_len // chunk_size
+            if tail_hash and seq_len % chunk_size:
+                n += 1
+            if len(keys) < n:
+                raise ValueError(
+                    f"request {i}: {len(keys)} keys for seq_len {seq_len} (needs {n} chunks)"
+                )
+            obj = {  # LMCache's field order
+                "timestamp": timestamp,
+                "request_id": f"req-{i}",
+                "model_name": model,
+                "chunk_size": chunk_size,
+                "seq_len": seq_len,
+                "dtypes": ["bfloat16"],
+                "shapes": shapes,
+                "chunk_hashes": [f"0x{k & _MASK64:016x}" for k in keys[:n]],
+            }
+            out.write(json.dumps(obj) + "\n")
+            n_lines += 1
+    return n_lines
 
 
 def log_capacities(max_blocks: int, k: int, lowest: int = 1) -> list[int]:
