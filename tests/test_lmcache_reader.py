@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_traces import lm
 
 from litehit_core import DEFAULT_MAX_LINE_BYTES, LocatedError
 from litehit_service.offline.traces import (
@@ -92,27 +93,9 @@ def column_lines(path: Path, model: str | None = None, kv: int | None = None) ->
     return reader.column_lines
 
 
-def line(
-    ts: float = 1.5,
-    rid: str = "r",
-    model: str = "m1",
-    hashes: list[str] | None = None,
-    seq_len: int = 600,
-    chunk_size: int = 256,
-    spec: tuple[list[str], list[list[int]]] = FP16,
-    separators: tuple[str, str] = (", ", ": "),
-) -> str:
-    obj = {
-        "timestamp": ts,
-        "request_id": rid,
-        "model_name": model,
-        "chunk_size": chunk_size,
-        "seq_len": seq_len,
-        "dtypes": spec[0],
-        "shapes": spec[1],
-        "chunk_hashes": hashes if hashes is not None else ["0x1", "0x2"],
-    }
-    return json.dumps(obj, separators=separators)
+def line(ts: float = 1.5, rid: str = "r", **fields: Any) -> str:
+    """One LMCache lookup line (:func:`test_traces.lm`, ts and rid defaulted)."""
+    return lm(ts, rid, **fields)
 
 
 def h16(value: int) -> str:

@@ -207,10 +207,16 @@ def test_sweep_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["simulate", "--cache-capacity-gib", "-5"], "--cache-capacity-gib must be a finite "
-                                                     "number >= 0 (or -1 for unlimited), got -5.0"),
+        (["simulate", "--cache-capacity-gib", "-5"], "--cache-capacity-gib must be -1 (infinite) "
+                                                     "or a finite number of GiB in [0, "),
+        (["simulate", "--cache-capacity-gib", "-5"], "got -5.0"),
         (["simulate", "--cache-capacity-gib", "nan"], "got nan"),
-        (["simulate", "--cache-capacity-gib", "1", "-o", "x.bmp"], "the extension must be one of"),
+        (["simulate", "--cache-capacity-gib", "inf"], "got inf"),
+        (["simulate", "--cache-capacity-gib", "1e30"], "got 1e+30"),
+        (["simulate", "--cache-capacity-gib", "1", "-o", "x.bmp"],
+         "-o/--output 'x.bmp' has extension '.bmp'; the plot format follows it: .png, .svg"),
+        (["sweep", "-o", "x"], "-o/--output 'x' has no extension"),
+        (["sweep", "--max-capacity-gib", "1e30"], "--max-capacity-gib must be at most"),
         (["simulate", "--cache-capacity-gib", "1", "-n", "-3"], "-n/--max-samples must be >= 0"),
         (["simulate", "--cache-capacity-gib", "1", "--model", "nope", "--no-plot"], "nope"),
         (["sweep", "--min-capacity-gib", "0"], "--min-capacity-gib must be finite and > 0"),

@@ -371,8 +371,11 @@ def lm(
     chunk_size: int = 256,
     dtypes: list[str] | None = None,
     shapes: list[list[int]] | None = None,
+    separators: tuple[str, str] = (", ", ": "),
     **extra: object,
 ) -> str:
+    """One LMCache lookup line (LMCache's field order and, by default, ``json.dumps``
+    separators); ``extra`` fields are added or replace."""
     obj = {
         "timestamp": ts,
         "request_id": rid,
@@ -384,7 +387,7 @@ def lm(
         "chunk_hashes": hashes if hashes is not None else ["0x1", "0x2"],
     }
     obj.update(extra)
-    return json.dumps(obj)
+    return json.dumps(obj, separators=separators)
 
 
 def test_lmcache_hex_parsing_low_64_bits_signed(tmp_path: Path) -> None:

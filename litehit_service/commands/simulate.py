@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from typing import Any
 
 from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order
-
-PLOT_FORMATS = ("png", "svg", "pdf")
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
@@ -64,23 +61,27 @@ def register(subparsers: Any) -> None:
 
 
 def capacity_bytes(gib: float, flag: str) -> int:
-    """A capacity option in bytes: ``trunc(gib * 1024**3)``; -1 = unlimited (-1 bytes);
-    UsageError naming ``flag`` and the value for any other negative, NaN or inf."""
-    if gib == -1:
-        return -1
-    if not math.isfinite(gib) or gib < 0:
-        raise UsageError(f"{flag} must be a finite number >= 0 (or -1 for unlimited), got {gib!r}")
-    return math.trunc(gib * 1024**3)
+    """A capacity option in bytes by the one capacity rule
+    (:func:`~litehit_core.projector.capacity_slot_bytes`: -1 = unlimited, else finite GiB in
+    [0, max]); a UsageError naming ``flag`` and the value otherwise. O(1)."""
+    from litehit_core.errors import InvalidRequestError
+    from litehit_core.projector import capacity_slot_bytes
+
+    try:
+        return capacity_slot_bytes(gib, flag)
+    except InvalidRequestError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def plot_format(path: str, flag: str = "-o/--output") -> str:
-    """The figure format of ``path`` from its extension; UsageError for another one."""
-    ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
-    if ext not in PLOT_FORMATS:
-        raise UsageError(
-            f"{flag} {path!r}: the extension must be one of .png, .svg, .pdf (it sets the format)"
-        )
-    return ext
+    """The figure format of ``path`` from its extension (the rule of
+    :func:`~litehit_service.offline.plot.plot_format`); a UsageError naming ``flag``."""
+    from litehit_service.offline.plot import plot_format_error
+
+    problem = plot_format_error(path)
+    if problem is not None:
+        raise UsageError(f"{flag} {problem}")
+    return path.rsplit(".", 1)[-1].lower()
 
 
 def load(args: argparse.Namespace) -> Any:

@@ -40,6 +40,7 @@ from litehit_core.block_lru import BatchResult, BlockLRU
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
+from litehit_core.projector import MAX_CAPACITY_GB
 from litehit_service.offline.traces import (
     TraceEvent,
     read_lmcache,
@@ -434,20 +435,18 @@ def format_report(data: dict[str, Any]) -> str:
         f"({r['full_hit_requests'] / n:.1%})"
     )
     out.append(f"  Mean                        : {r['mean']:.2%}")
-    out.extend(f"  {f'p{p}':4s}                        : {r[f'p{p}']:.2%}" for p in PERCENTILES)
+    _percentile_lines(out, r, 24, ".2%")
     p = data["hit_prefix_chunks"]
     _heading(out, "Stat 2 — Hit prefix length per request (chunks)")
     out.append(f"  Mean               : {p['mean']:.1f}")
-    out.extend(f"  {f'p{q}':4s}               : {p[f'p{q}']:.0f}" for q in PERCENTILES)
+    _percentile_lines(out, p, 15, ".0f")
     reuse = data["chunk_reuse"]
     if reuse["count"]:
         _heading(out, "Stat 3 — Chunk reuse count distribution")
         out.append(f"  Unique chunks hit at least once : {reuse['count']:,}")
         out.append(f"  Mean reuse count                : {reuse['mean']:.1f}")
         out.append(f"  Max reuse count                 : {reuse['max']:,}")
-        out.extend(
-            f"  {f'p{q}':4s}                            : {reuse[f'p{q}']:.0f}" for q in PERCENTILES
-        )
+        _percentile_lines(out, reuse, 28, ".0f")
     _heading(out, "Stat 4 — Rolling (cumulative) token hit rate over time")
     for row in data["rolling_hit_rate"]:
         out.append(f"  After request {row['after_request']:>6,} : {row['hit_rate']:.2%}")
@@ -459,16 +458,21 @@ def format_report(data: dict[str, Any]) -> str:
         out.append(f"  Total hit chunks   : {span['count']:,}")
         out.append(f"  Mean span          : {span['mean']:.1f}")
         out.append(f"  Max span           : {span['max']:,}")
-        out.extend(f"  {f'p{q}':4s}               : {span[f'p{q}']:.0f}" for q in PERCENTILES)
+        _percentile_lines(out, span, 15, ".0f")
     pos = data["cache_position"]
     if pos["count"]:
         _heading(out, "Stat 7 — Cache position at hit (0 = MRU, max = LRU)")
         out.append(f"  Mean position      : {pos['mean']:.1f}")
         out.append(f"  Max position       : {pos['max']:,}")
-        out.extend(f"  {f'p{q}':4s}               : {pos[f'p{q}']:.0f}" for q in PERCENTILES)
+        _percentile_lines(out, pos, 15, ".0f")
     _curve_lines(out, data["curve"], data["input"]["touch_order"])
     out.append(_SEP)
     return "\n".join(out) + "\n"
+
+
+def _percentile_lines(out: list[str], stats: dict[str, Any], pad: int, spec: str) -> None:
+    """LMCache's percentile lines: ``  p25<pad spaces>: value`` per :data:`PERCENTILES`."""
+    out.extend(f"  {f'p{q}':4s}{' ' * pad}: {stats[f'p{q}']:{spec}}" for q in PERCENTILES)
 
 
 def _curve_lines(out: list[str], c: dict[str, Any], touch_order: str) -> None:
@@ -497,10 +501,13 @@ def _curve_lines(out: list[str], c: dict[str, Any], touch_order: str) -> None:
 def sweep_capacities(min_gib: float, max_gib: float, points: int) -> list[int]:
     """``points`` capacities in bytes, log-spaced from ``min_gib`` to ``max_gib`` GiB the
     way LMCache's sweep spaces them (decimal logarithms, rounded to whole bytes, distinct,
-    ascending). SimulateError for a bound that is not finite and > 0, or max < min."""
+    ascending). SimulateError for a bound that is not finite, > 0 and at most
+    :data:`~litehit_core.projector.MAX_CAPACITY_GB`, or max < min."""
     for name, value in (("--min-capacity-gib", min_gib), ("--max-capacity-gib", max_gib)):
         if not (math.isfinite(value) and value > 0):
             raise SimulateError(f"{name} must be finite and > 0, got {value!r}")
+        if value > MAX_CAPACITY_GB:
+            raise SimulateError(f"{name} must be at most {MAX_CAPACITY_GB} GiB, got {value!r}")
     if max_gib < min_gib:
         raise SimulateError(
             f"--max-capacity-gib {max_gib!r} must not be below --min-capacity-gib {min_gib!r}"
