@@ -21,7 +21,6 @@ from litehit_core.facts import (
     format_hit_curve,
     read_facts,
 )
-from litehit_core.hybrid import HybridLRU
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import (
@@ -116,3 +115,13 @@ __all__ = [
     "project_steps_matrix",
     "project_steps_slots",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``HybridLRU`` on first use: its module compiles numba kernels, which only hybrid and
+    head-first replays need (importing numba costs ~0.15 s of every command's start)."""
+    if name == "HybridLRU":
+        from litehit_core.hybrid import HybridLRU
+
+        return HybridLRU
+    raise AttributeError(f"module 'litehit_core' has no attribute {name!r}")

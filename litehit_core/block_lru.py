@@ -32,28 +32,12 @@ import numpy as np
 
 from litehit_core.errors import InvalidRequestError
 from litehit_core.hybrid import _HEAD, _LIVE_F, _NOSTATE, HybridLRU, _distinct, _process_batch
-from litehit_core.model import RequestFact
+from litehit_core.model import TOUCH_ORDERS, RequestFact, touch_order_model
 from litehit_core.state import EngineState
 
 __all__ = ["TOUCH_ORDERS", "BatchResult", "BlockLRU", "touch_order_model"]
 
-TOUCH_ORDERS = ("tail-first", "head-first")
-"""The touch orders an offline replay can use (``tail-first`` is the default)."""
-
 _MODELS = {"tail-first": "lru-tail-first", "head-first": "lru-head-first"}
-
-
-def touch_order_model(touch_order: str) -> str:
-    """The full-attention model name of a touch order: ``"lru"`` (tail-first, the
-    :class:`~litehit_core.lite_hit.LiteHit` engine) or ``"lru-head-first"``.
-    InvalidRequestError naming the value otherwise. O(1)."""
-    if touch_order == "tail-first":
-        return "lru"
-    if touch_order == "head-first":
-        return "lru-head-first"
-    raise InvalidRequestError(
-        f"touch_order must be one of {list(TOUCH_ORDERS)}, got {touch_order!r}"
-    )
 
 
 class BatchResult(NamedTuple):

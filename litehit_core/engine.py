@@ -22,9 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from litehit_core.block_lru import BlockLRU
 from litehit_core.errors import InvalidRequestError
-from litehit_core.hybrid import HybridLRU
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import FACT_MODELS, FactModel, RequestFact
 from litehit_core.state import EngineState
@@ -120,6 +118,8 @@ def _lru(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
 
 
 def _hybrid(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
+    from litehit_core.hybrid import HybridLRU  # numba: imported by the models that need it
+
     args = (spec.full_bytes, spec.linear_bytes, spec.step_blocks, spec.ttl_ns,
             spec.max_tracked_bytes)  # fmt: skip
     if state is None:
@@ -128,6 +128,8 @@ def _hybrid(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
 
 
 def _lru_head_first(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
+    from litehit_core.block_lru import BlockLRU  # numba, as above
+
     if state is None:
         return BlockLRU("head-first", spec.ttl_ns, spec.max_tracked_blocks)
     return BlockLRU.from_state(state, "head-first", spec.ttl_ns, spec.max_tracked_blocks)

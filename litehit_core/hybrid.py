@@ -40,13 +40,11 @@ import numpy as np
 from numba import njit
 
 from litehit_core.errors import InvalidRequestError
-from litehit_core.model import HitCurveStep, RequestFact
+from litehit_core.model import MAX_OBJECT_BYTES, HitCurveStep, RequestFact
 from litehit_core.state import STATE_FORMAT_VERSION, EngineState
 
 __all__ = ["MAX_OBJECT_BYTES", "HybridLRU", "warm_up"]
 
-MAX_OBJECT_BYTES = 1 << 40
-"""Largest charge of one Full block or Linear state (1 TiB): byte sums stay within int64."""
 
 _MODEL = "hybrid"
 _EMPTY = -1

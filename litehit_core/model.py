@@ -84,3 +84,24 @@ FACT_MODELS: dict[str, FactModel] = {
     "lru-head-first": FactModel("lru-head-first", "steps", "blocks"),
 }
 """Every replay model's facts by model name (the engines are in :mod:`litehit_core.engine`)."""
+
+
+TOUCH_ORDERS = ("tail-first", "head-first")
+"""The touch orders an offline replay can use (``tail-first`` is the default)."""
+
+
+def touch_order_model(touch_order: str) -> str:
+    """The full-attention model name of a touch order: ``"lru"`` (tail-first, the
+    :class:`~litehit_core.lite_hit.LiteHit` engine) or ``"lru-head-first"``.
+    InvalidRequestError naming the value otherwise. O(1)."""
+    if touch_order == "tail-first":
+        return "lru"
+    if touch_order == "head-first":
+        return "lru-head-first"
+    raise InvalidRequestError(
+        f"touch_order must be one of {list(TOUCH_ORDERS)}, got {touch_order!r}"
+    )
+
+
+MAX_OBJECT_BYTES = 1 << 40
+"""Largest charge of one Full block or Linear state (1 TiB): byte sums stay within int64."""

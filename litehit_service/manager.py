@@ -37,10 +37,9 @@ from litehit_core import (
     normalize_request,
 )
 from litehit_core.accumulator import HitCurveAccumulator
-from litehit_core.block_lru import TOUCH_ORDERS, touch_order_model
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
-from litehit_core.hybrid import MAX_OBJECT_BYTES
+from litehit_core.model import MAX_OBJECT_BYTES, TOUCH_ORDERS, touch_order_model
 from litehit_core.projector import Projection
 from litehit_core.state import EngineState
 from litehit_service.errors import (

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from litehit_core.block_lru import TOUCH_ORDERS
+from litehit_core.model import TOUCH_ORDERS
 from litehit_service.errors import InvalidArgument
 
 _NS_PER_SECOND = 1_000_000_000

@@ -154,3 +154,35 @@ def test_contract_names_are_exported_from_the_package() -> None:
     missing = [name for name in CONTRACT_NAMES if not hasattr(litehit_core, name)]
     assert missing == []
     assert set(CONTRACT_NAMES) <= set(litehit_core.__all__)
+
+
+def test_full_attention_commands_do_not_import_numba(tmp_path: Path) -> None:
+    """numba (~0.15 s to import, more to load kernels) is for the hybrid and head-first
+    models only: the CLI, the manager and a full-attention replay never import it, and
+    ``litehit_core.HybridLRU`` still resolves on first use."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type": "get", "instance_id": "i", "timestamp_ns": 1, "keys": [1, 2], '
+                     '"input_len": 8}\n')  # fmt: skip
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({
+        "trace_file_path": str(trace), "output_result_path": str(tmp_path / "out"),
+        "block_size": 4,
+        "instance_groups": [{"name": "g", "capacity_gb": [1]}],
+        "instances": [{"instance_id": "i", "instance_group": "g", "block_size": 4,
+                       "location_spec_infos": [{"name": "kv", "size": 1024}],
+                       "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}]}],
+    }))  # fmt: skip
+    code = (
+        "import sys\n"
+        "from litehit_service.cli import main\n"
+        "import litehit_service.manager, litehit_service.offline.replay\n"
+        f"assert main(['replay', {str(config)!r}]) == 0\n"
+        "print('numba' in sys.modules)\n"
+        "import litehit_core\n"
+        "print(litehit_core.HybridLRU.__name__, 'numba' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == ["False", "HybridLRU True"]

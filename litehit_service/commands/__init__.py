@@ -62,7 +62,7 @@ def add_touch_order(parser: argparse.ArgumentParser) -> None:
     """Add ``--touch-order {tail-first,head-first}`` (``args.touch_order``, None when not
     given): the order a request's blocks are touched after its read, overriding every
     group's ``touch_order`` for the run (head-first is LMCache's order)."""
-    from litehit_core.block_lru import TOUCH_ORDERS
+    from litehit_core.model import TOUCH_ORDERS
 
     parser.add_argument(
         "--touch-order",
