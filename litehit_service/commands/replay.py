@@ -16,11 +16,12 @@ SIGINT / SIGTERM (the ledger's temporary removed, a previous ledger untouched).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any
 
-from litehit_service.commands import add_max_line_bytes, add_touch_order
+from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order
 
 
 def register(subparsers: Any) -> None:
@@ -44,6 +45,19 @@ def register(subparsers: Any) -> None:
         "identical for every N)",
     )
     add_touch_order(p)
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where instance lanes replay: this process (default) or one Ray task per "
+        "instance (needs pip install 'litehit[ray]'; the ledger is identical)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --executor ray: the Ray cluster to use (e.g. ray://head:10001 or auto); "
+        "default: start a local Ray for this run",
+    )
     p.add_argument(
         "--quiet",
         action="store_true",
@@ -76,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.offline.config import load_config
     from litehit_service.offline.replay import run_replay, with_touch_order, with_workers
 
+    if args.ray_address is not None and args.executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        from litehit_service.offline.lanes import RAY_MISSING
+
+        raise UsageError(RAY_MISSING)
     config = load_config(args.config)
     if args.workers is not None:
         config = with_workers(config, args.workers)
@@ -85,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         config,
         progress=not args.quiet and sys.stderr.isatty(),
         max_line_bytes=args.max_line_bytes,
+        executor=args.executor,
+        ray_address=args.ray_address,
     )
     if args.json:
         print(json.dumps(summary.to_json(), separators=(",", ":")))

@@ -62,7 +62,10 @@ from litehit_service.offline.traces import (
 )
 from litehit_service.policy import QueryPolicy
 
-__all__ = ["BATCH_LINES", "ReplaySummary", "run_replay"]
+__all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
+
+EXECUTORS = ("local", "ray")
+"""Where instance lanes run: this process, or one Ray task each."""
 
 BATCH_LINES = 256
 """Lines per parse batch (one worker task); the pipeline reads ``workers x`` this at once."""
@@ -371,6 +374,8 @@ def run_replay(
     *,
     progress: bool | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> ReplaySummary:
     """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
 
@@ -378,6 +383,9 @@ def run_replay(
     ``max_line_bytes``: the longest trace line accepted (bytes, ending excluded; a longer
     one is a LocatedError at its line, found without reading it whole); ``ValueError``
     unless an integer > 0.
+    ``executor``: ``"local"`` (this process) or ``"ray"`` (one Ray task per instance lane,
+    :mod:`litehit_service.offline.lanes`; at ``ray_address``, else a local Ray): the same
+    ledger byte for byte, the same errors.
     Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
     reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
     untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
@@ -385,6 +393,8 @@ def run_replay(
     """
     started = time.perf_counter()
     check_max_line_bytes(max_line_bytes)
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {list(EXECUTORS)}, got {executor!r}")
     check_config(config)
     if progress is None:
         progress = sys.stderr.isatty()
@@ -403,14 +413,11 @@ def run_replay(
     models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
     with_model = any(model != "lru" for model in models.values())  # the ledger's header
     lanes: dict[str, _Lane] = {}
+    formats: dict[str, tuple[str, int, int, str | None]] = {}
     for reg, result in zip(config.instances, results):
-        line = FactLineFormat(
-            reg.instance_id,
-            reg.block_size,
-            result.size_full_only,
-            models[reg.instance_id] if with_model else None,
-        ).line
-        lanes[reg.instance_id] = (reg.instance_id, line)
+        formats[reg.instance_id] = (reg.instance_id, reg.block_size, result.size_full_only,
+                                    models[reg.instance_id] if with_model else None)  # fmt: skip
+        lanes[reg.instance_id] = (reg.instance_id, FactLineFormat(*formats[reg.instance_id]).line)
 
     path = config.trace_file_path
     fmt = config.trace_format
@@ -437,7 +444,13 @@ def run_replay(
     bar = _progress_bar(path, fmt, progress)
     try:
         with FactsWriter(facts_path, with_model=with_model) as writer:
-            requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
+            if executor == "ray":
+                requests, writes, summaries = _drive_lanes(
+                    config, formats, batches, lanes, fixed, path, writer, bar, ray_address
+                )
+            else:
+                requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
+                summaries = manager.list_instances()
             if not requests:
                 raise LocatedError(
                     path,
@@ -460,7 +473,7 @@ def run_replay(
         elapsed_s=elapsed,
         requests_per_s=requests / elapsed if elapsed > 0 else 0.0,
         facts_path=str(facts_path),
-        instance_summaries=tuple(manager.list_instances()),
+        instance_summaries=tuple(summaries),
     )
 
 
@@ -486,6 +499,45 @@ def _progress_bar(path: str, fmt: str, enabled: bool) -> Any:
     )
 
 
+def _routed(
+    batches: Iterator[_Batch],
+    lanes: dict[str, _Lane],
+    fixed: tuple[_Lane, ...] | None,
+    path: str,
+    bar: Any,
+    counts: list[int],
+) -> Iterator[list[tuple[_Event, tuple[_Lane, ...]]]]:
+    """The one routing rule, batch by batch: each request event with the lanes it goes to
+    (``override_instance_id``, every lane with ``fanout_all_instances``, else its own
+    instance, which must be configured: a LocatedError at its line otherwise). ``write``
+    events are counted and skipped; ``counts`` becomes ``[events seen, writes]``. A batch's
+    parse error is raised after its events were yielded. O(events)."""
+    routes = {iid: (lane,) for iid, lane in lanes.items()}
+    get_route = routes.get
+    for events, error, size in batches:
+        counts[0] += len(events)
+        routed = []
+        append = routed.append
+        for event in events:
+            if event[1] == "write":
+                counts[1] += 1
+                continue
+            targets = fixed or get_route(event[2])
+            if targets is None:
+                raise LocatedError(
+                    path,
+                    event[0],
+                    f"instance_id {event[2]!r} is not a configured instance {sorted(lanes)}; "
+                    "set override_instance_id or fanout_all_instances to route every request",
+                )
+            append((event, targets))
+        yield routed
+        if bar is not None:
+            bar.update(size or len(events))
+        if error is not None:
+            raise error
+
+
 def _drive(
     manager: OnlineOptimizerManager,
     batches: Iterator[_Batch],
@@ -496,32 +548,18 @@ def _drive(
     writer: FactsWriter,
     bar: Any,
 ) -> tuple[int, int]:
-    """The hot loop: route, query, format and write every event. Returns (requests, writes).
+    """The hot loop: query, format and write every routed event (:func:`_routed`).
+    Returns (requests, writes).
 
-    Per request: one route lookup, one ``record_query`` per routed instance and one line
-    from the lane's :class:`~litehit_core.FactLineFormat`.
+    Per request: one ``record_query`` per routed instance and one line from the lane's
+    :class:`~litehit_core.FactLineFormat`.
     """
     record = manager.record_query
-    routes = {iid: (lane,) for iid, lane in lanes.items()}
-    get_route = routes.get
-    events_seen = 0
-    writes = 0
+    counts = [0, 0]
     rows: list[str] = []
     append = rows.append
-    for events, error, size in batches:
-        events_seen += len(events)
-        for line_no, kind, iid, tid, ts, keys, input_len in events:
-            if kind == "write":
-                writes += 1
-                continue
-            targets = fixed or get_route(iid)
-            if targets is None:
-                raise LocatedError(
-                    path,
-                    line_no,
-                    f"instance_id {iid!r} is not a configured instance {sorted(lanes)}; "
-                    "set override_instance_id or fanout_all_instances to route every request",
-                )
+    for routed in _routed(batches, lanes, fixed, path, bar, counts):
+        for (line_no, _, _, tid, ts, keys, input_len), targets in routed:
             for lane_id, line in targets:
                 try:
                     fact, tokens = record(lane_id, keys, input_len, ts)
@@ -530,11 +568,65 @@ def _drive(
                 append(line(tid, ts, tokens, fact.hit_curve))
         writer.write_lines(rows)
         rows.clear()
-        if bar is not None:
-            bar.update(size or len(events))
-        if error is not None:
-            raise error
-    return events_seen - writes, writes
+    return counts[0] - counts[1], counts[1]
+
+
+def _drive_lanes(
+    config: ReplayConfig,
+    formats: dict[str, tuple[str, int, int, str | None]],
+    batches: Iterator[_Batch],
+    lanes: dict[str, _Lane],
+    fixed: tuple[_Lane, ...] | None,
+    path: str,
+    writer: FactsWriter,
+    bar: Any,
+    ray_address: str | None,
+) -> tuple[int, int, list[InstanceSummary]]:
+    """:func:`_drive` with every instance lane replayed as a Ray task
+    (:mod:`litehit_service.offline.lanes`): route everything here, replay the lanes there,
+    write the rows in trace order. Returns (requests, writes, instance summaries in
+    registration order). The error raised is the one :func:`_drive` would raise."""
+    from litehit_service.offline.lanes import LaneSpec, first_error, replay_lane, run_lanes
+
+    groups = {group.name: group for group in config.instance_groups}
+    specs = {
+        reg.instance_id: LaneSpec(
+            config.block_size, groups[reg.instance_group], reg, formats[reg.instance_id]
+        )  # fmt: skip
+        for reg in config.instances
+    }
+    counts = [0, 0]
+    work: dict[str, list[Any]] = {iid: [] for iid in lanes}
+    n_rows = 0
+    stopped: LocatedError | None = None
+    try:
+        for routed in _routed(batches, lanes, fixed, path, bar, counts):
+            for (line_no, _, _, tid, ts, keys, input_len), targets in routed:
+                for lane_id, _ in targets:
+                    work[lane_id].append((n_rows, line_no, tid, ts, keys, input_len))
+                    n_rows += 1
+    except LocatedError as exc:
+        stopped = exc  # raised below unless a lane failed on an earlier line
+    results = run_lanes(specs, work, ray_address)
+    failed = first_error(results, list(lanes), path)
+    if failed is not None and (stopped is None or failed.line_no < stopped.line_no):
+        raise failed
+    if stopped is not None:
+        raise stopped
+    rows: list[str] = [""] * n_rows
+    for result in results.values():
+        for index, text in result.rows:
+            rows[index] = text
+    writer.write_lines(rows)
+    summaries = {iid: result.summary for iid, result in results.items()}
+    for iid, spec in specs.items():  # a lane without requests: its untouched summary
+        if iid not in summaries:
+            summaries[iid] = replay_lane(spec, []).summary
+    return (
+        counts[0] - counts[1],
+        counts[1],
+        [summaries[reg.instance_id] for reg in config.instances],
+    )
 
 
 def with_workers(config: ReplayConfig, workers: int) -> ReplayConfig:
