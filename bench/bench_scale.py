@@ -6,7 +6,8 @@ TRACE defaults to ../shared/traces/mooncake/conversation_trace.jsonl (Mooncake F
 512-token blocks). For each K in ``--copies`` the trace is written K times one after the
 other into a temporary Mooncake file, each copy with fresh keys (``hash_ids + copy x
 2**40``) and its timestamps shifted past the previous copy's, so the tracked blocks grow K
-times (Mooncake conversation: 170,899 unique blocks per copy). Then ``litehit replay
+times (Mooncake conversation: 182,790 unique hash ids per copy, 170,899 of them complete
+blocks). Then ``litehit replay
 CONFIG`` runs as a fresh process (one instance of 512-token blocks at 64 MiB per block, 30
 log-spaced capacities from one block to the copy's unique blocks, plus the theoretical
 maximum): trace -> facts ledger -> the 30-capacity table on stdout.
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             walls, own, n = run(config, repeat)
             assert n == requests
             per_request[k] = min(own) / n
-            print(f"{k:>3}x: {n:,} requests, {unique * k:,} unique blocks; command wall best "
+            print(f"{k:>3}x: {n:,} requests, {unique * k:,} unique hash ids; command wall best "
                   f"{min(walls):.3f} s median {statistics.median(walls):.3f} s; replay "
                   f"{min(own):.3f} s = {per_request[k] * 1e6:.2f} us/request "
                   f"({n / min(own):,.0f} requests/s)")  # fmt: skip

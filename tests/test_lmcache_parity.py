@@ -17,7 +17,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
-from test_simulate import FIXTURE, KV, _trace_module
+from test_lmcache_reader import load_bench_trace
+from test_simulate import FIXTURE, KV
 
 from litehit_service.offline.simulate import (
     format_report,
@@ -83,7 +84,7 @@ def test_sweep_equals_lmcache(lmcache) -> None:
 def test_mooncake_report_equals_lmcache(lmcache, tmp_path: Path) -> None:
     if not MOONCAKE.is_file():
         pytest.skip(f"{MOONCAKE} is absent")
-    trace = _trace_module()
+    trace = load_bench_trace()
     log = tmp_path / "lookup_hashes_0.jsonl"
     trace.write_lmcache_log(log, trace.mooncake_requests(MOONCAKE))
     assert_same_report(lmcache[0], log, [64 << 30, 1000 << 20])

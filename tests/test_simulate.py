@@ -3,7 +3,6 @@ against a naive per-capacity simulation, on a checked-in LMCache log."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from oracle import naive_report, tree_trace
+from test_lmcache_reader import load_bench_trace
 
 from litehit_service.cli import main
 from litehit_service.offline.simulate import (
@@ -23,17 +23,9 @@ from litehit_service.offline.simulate import (
 )
 from litehit_service.offline.simulate_plot import report_figure, sweep_figure
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).with_name("data") / "lookup_hashes_small.jsonl"
 CHUNK, KV = 16, 2 * 16 * 8  # 16-token chunks of 256 bytes (bf16 shape [1, 16, 8])
 GIB = 1024**3
-
-
-def _trace_module():
-    spec = importlib.util.spec_from_file_location("bench_trace", ROOT / "bench" / "_trace.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def fixture_requests() -> list[tuple[float, list[int], int]]:
@@ -49,7 +41,7 @@ def fixture_requests() -> list[tuple[float, list[int], int]]:
 
 
 def write_fixture(path: Path) -> None:
-    _trace_module().write_lmcache_log(path, fixture_requests(), CHUNK, "tiny-model", KV)
+    load_bench_trace().write_lmcache_log(path, fixture_requests(), CHUNK, "tiny-model", KV)
 
 
 def test_the_checked_in_log_is_what_the_helper_writes(tmp_path: Path) -> None:
