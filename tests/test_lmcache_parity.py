@@ -1,7 +1,7 @@
 """`litehit simulate|sweep --touch-order head-first` against LMCache's own cache simulator
 (lmcache 0.5.6, standard library only), when its modules are here: an unpacked wheel in
-``$LMCACHE_WHEEL_DIR`` or ``../lmc/wheel`` beside the checkout. Skipped otherwise (CI has
-no network for the wheel; the naive oracle in test_simulate.py always runs).
+``$LMCACHE_WHEEL_DIR`` or ``../lmc/wheel`` beside the checkout (``.ci/run`` downloads and
+unpacks it). Skipped otherwise; the naive oracle in test_simulate.py always runs.
 
 Every line LMCache's report prints must be the line LiteHit prints, at many capacities, on
 the checked-in log and (when ../shared is present) on the Mooncake conversation trace.
