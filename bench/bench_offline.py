@@ -46,7 +46,8 @@ from litehit_service.cli import main as litehit_main  # noqa: E402
 from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
 from litehit_service.offline.config import replay_config_from_dict  # noqa: E402
 from litehit_service.offline.curve import build_curves, format_table  # noqa: E402
-from litehit_service.offline.replay import parse_lines, run_replay  # noqa: E402
+from litehit_service.offline.replay import run_replay  # noqa: E402
+from litehit_service.offline.traces import parse_lines  # noqa: E402
 from litehit_service.policy import QueryPolicy  # noqa: E402
 
 BLOCK_TOKENS = 512

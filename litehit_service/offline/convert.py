@@ -36,11 +36,9 @@ from litehit_service.offline.outputs import (
 from litehit_service.offline.traces import (
     INT64_MAX,
     TraceEvent,
-    check_utf8,
     format_standard_event,
     open_trace,
-    parse_mooncake_line,
-    parse_standard_line,
+    parse_lines,
     read_lmcache,
     trace_lines,
 )
@@ -199,30 +197,25 @@ def trace_events(
     check_max_line_bytes(max_line_bytes)
     if type(block_size) is not int or block_size <= 0:
         raise ValueError(f"block_size must be an integer > 0, got {block_size!r}")
-    return _trace_events(fmt == "mooncake", path, block_size, instance_id, max_line_bytes, advance)
+    return _trace_events(fmt, path, block_size, instance_id, max_line_bytes, advance)
 
 
 def _trace_events(
-    mooncake: bool,
+    fmt: str,
     path: str,
     block_size: int,
     instance_id: str,
     max_line_bytes: int,
     advance: Callable[[int], object],
 ) -> Iterator[TraceEvent]:
-    line_no = 0
+    line_no = 1
     with open_trace(path) as fh:
         for lines in trace_lines(fh, path, max_line_bytes):
-            for text in lines:
-                line_no += 1
-                if not text.isascii():
-                    check_utf8(text, line_no, path)
-                if mooncake:
-                    event = parse_mooncake_line(text, line_no, path, block_size, instance_id)
-                else:
-                    event = parse_standard_line(text, line_no, path)
-                if event is not None:
-                    yield event
+            events, error = parse_lines(lines, line_no, path, fmt, block_size, instance_id)
+            yield from events
+            if error is not None:
+                raise error
+            line_no += len(lines)
             advance(sum(map(len, lines)))
 
 

@@ -53,10 +53,8 @@ from litehit_service.model import InstanceSummary
 from litehit_service.offline.config import ReplayConfig, check_config
 from litehit_service.offline.outputs import run_line
 from litehit_service.offline.traces import (
-    check_utf8,
     open_trace,
-    parse_mooncake_line,
-    parse_standard_line,
+    parse_lines,
     read_lmcache,
     trace_lines,
 )
@@ -173,48 +171,6 @@ def _gb(value: float) -> str:
 
 
 # --------------------------------------------------------------------------- parsing
-
-
-def parse_lines(
-    lines: Sequence[bytes] | Sequence[str],
-    first_line_no: int,
-    path: str,
-    trace_format: str,
-    block_size: int,
-    instance_id: str,
-    plain: bool = False,
-) -> tuple[list[_Event], LocatedError | None]:
-    """Parse consecutive trace lines (``first_line_no`` is the first one's 1-based number).
-
-    Returns the events before the first bad line and that line's error (or None); blank
-    lines are skipped; lines are UTF-8 bytes as read (or text), with or without endings.
-    ``trace_format`` is "standard" or "mooncake" (``block_size`` and ``instance_id`` only
-    apply to Mooncake). ``plain`` returns plain tuples (cheaper to send between processes)
-    instead of TraceEvents. Runs in worker processes. O(total length).
-    """
-    out: list[_Event] = []
-    append = out.append
-    line_no = first_line_no
-    try:
-        if trace_format == "mooncake":
-            for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
-                if not text.isascii():
-                    check_utf8(text, line_no, path)
-                ev = parse_mooncake_line(text, line_no, path, block_size, instance_id)
-                if ev is not None:
-                    append(tuple(ev) if plain else ev)
-        else:
-            for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
-                if not text.isascii():
-                    check_utf8(text, line_no, path)
-                ev = parse_standard_line(text, line_no, path)
-                if ev is not None:
-                    append(tuple(ev) if plain else ev)
-    except LocatedError as exc:
-        return out, exc
-    except RecursionError:
-        return out, LocatedError(path, line_no, "invalid JSON: nested too deeply")
-    return out, None
 
 
 def _line_batches(

@@ -51,6 +51,7 @@ from litehit_core import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
 
 __all__ = [
+    "parse_lines",
     "EVENT_KINDS",
     "INT64_MAX",
     "INT64_MIN",
@@ -401,6 +402,50 @@ def _iter_standard(p: str, max_line_bytes: int) -> Iterator[TraceEvent]:
             event = parse_standard_line(text, line_no, p)
             if event is not None:
                 yield event
+
+
+def parse_lines(
+    lines: Sequence[bytes] | Sequence[str],
+    first_line_no: int,
+    path: str,
+    trace_format: str,
+    block_size: int,
+    instance_id: str,
+    plain: bool = False,
+) -> tuple[list[Any], LocatedError | None]:
+    """Parse consecutive trace lines (``first_line_no`` is the first one's 1-based number).
+
+    Returns the events before the first bad line and that line's error (or None); blank
+    lines are skipped; lines are UTF-8 bytes as read (or text), with or without endings.
+    ``trace_format`` is "standard" or "mooncake" (``block_size`` and ``instance_id`` only
+    apply to Mooncake). ``plain`` returns plain tuples (cheaper to send between processes)
+    instead of TraceEvents. The one line loop of the Mooncake and standard readers that work
+    in batches (``litehit replay``, also in worker processes, and ``litehit convert``).
+    O(total length).
+    """
+    out: list[Any] = []
+    append = out.append
+    line_no = first_line_no
+    try:
+        if trace_format == "mooncake":
+            for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
+                if not text.isascii():
+                    check_utf8(text, line_no, path)
+                ev = parse_mooncake_line(text, line_no, path, block_size, instance_id)
+                if ev is not None:
+                    append(tuple(ev) if plain else ev)
+        else:
+            for line_no, text in enumerate(lines, first_line_no):  # noqa: B007
+                if not text.isascii():
+                    check_utf8(text, line_no, path)
+                ev = parse_standard_line(text, line_no, path)
+                if ev is not None:
+                    append(tuple(ev) if plain else ev)
+    except LocatedError as exc:
+        return out, exc
+    except RecursionError:
+        return out, LocatedError(path, line_no, "invalid JSON: nested too deeply")
+    return out, None
 
 
 def format_standard_event(event: TraceEvent, timestamp_ns: int | None = None) -> str:
