@@ -1,5 +1,6 @@
-"""Shared benchmark helpers: the default trace, loading it, log-spaced capacities, and
-writing any list of requests as an LMCache lookup-hash log.
+"""Shared benchmark helpers: the default trace, loading it, log-spaced capacities,
+writing any list of requests as an LMCache lookup-hash log, and CPU timing (best and
+median of N, sides taking turns).
 
 Tests use :func:`write_lmcache_log` too: they load this file by path
 (``tests/test_traces.py``, ``load_bench_trace``); it is the one LMCache-log writer.
@@ -7,10 +8,14 @@ Tests use :func:`write_lmcache_log` too: they load this file by path
 
 from __future__ import annotations
 
+import gc
 import json
 import os
-from collections.abc import Iterable, Sequence
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from litehit_service.offline.traces import read_mooncake
 
@@ -109,3 +114,28 @@ def log_capacities(max_blocks: int, k: int, lowest: int = 1) -> list[int]:
         c = max(lowest, round(lowest * ratio ** (i / (k - 1))))
         caps.append(max(c, caps[-1] + 1) if caps else c)
     return caps
+
+
+def cpu_times(fn: Callable[[], Any], repeat: int) -> list[float]:
+    """Process CPU seconds of ``repeat`` calls of ``fn`` (a full collection before each)."""
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return times
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
+    """CPU seconds of each function, ``repeat`` rounds of one call each, in turn."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            times[name] += cpu_times(fn, 1)
+    return times
+
+
+def show(times: list[float]) -> str:
+    """``best X ms  median Y ms`` of seconds."""
+    return f"best {min(times) * 1e3:7.1f} ms  median {statistics.median(times) * 1e3:7.1f} ms"

@@ -22,14 +22,13 @@ compiles the numba kernels, timed apart (cached on disk afterwards).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
+from _trace import DEFAULT_TRACE, load_mooncake, show  # noqa: E402
 
 from litehit_core import HybridLRU, LiteHit, project_matrix, project_steps_matrix  # noqa: E402
 
@@ -72,10 +71,6 @@ def naive_hybrid_hits(
     return total
 
 
-def best_median(times: list[float]) -> str:
-    return f"best {min(times) * 1e3:.1f} ms, median {statistics.median(times) * 1e3:.1f} ms"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
@@ -115,7 +110,7 @@ def main() -> int:
     corners = sum(map(len, curves))
     top = max((c for curve in curves for c, _ in curve), default=full)
     print(
-        f"(a) HybridLRU, every byte capacity: {best_median(hybrid_times)} -> "
+        f"(a) HybridLRU, every byte capacity: {show(hybrid_times)} -> "
         f"{n_req / min(hybrid_times):,.0f} requests/s, {n_blocks / min(hybrid_times):,.0f} blocks/s"
     )
     objects = engine.current_unique_blocks() + engine.current_states()
@@ -135,7 +130,7 @@ def main() -> int:
         matrix = project_steps_matrix(curves, [1] * len(curves), caps)
         proj_times.append(time.process_time() - t0)
     totals = matrix.sum(axis=0).tolist()
-    print(f"    projection at {len(caps)} capacities: {best_median(proj_times)}")
+    print(f"    projection at {len(caps)} capacities: {show(proj_times)}")
 
     full_times = []
     for _ in range(args.repeat):
@@ -145,7 +140,7 @@ def main() -> int:
         for keys in trace:
             process(keys)
         full_times.append(time.process_time() - t0)
-    print(f"(b) LiteHit full-only replay: {best_median(full_times)}")
+    print(f"(b) LiteHit full-only replay: {show(full_times)}")
     print(f"    (a)/(b) time: {min(hybrid_times) / min(full_times):.2f}x")
 
     naive_times = []

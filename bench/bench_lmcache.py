@@ -41,11 +41,9 @@ temporary directory; without either the LMCache side is skipped with a message.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,7 +57,14 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE, SHARED, mooncake_requests, write_lmcache_log  # noqa: E402
+from _trace import (  # noqa: E402
+    DEFAULT_TRACE,
+    SHARED,
+    interleaved,
+    mooncake_requests,
+    show,
+    write_lmcache_log,
+)
 
 import litehit_service.offline.traces  # noqa: E402
 from litehit_service.offline.traces import read_lmcache  # noqa: E402
@@ -79,30 +84,6 @@ class Context:
     n_requests: int
     simulator: ModuleType | None
     repeat: int
-
-
-def cpu_times(fn: Callable[[], Any], repeat: int) -> list[float]:
-    """Process CPU seconds of ``repeat`` calls of ``fn`` (a full collection before each)."""
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return times
-
-
-def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
-    """CPU seconds of each function, ``repeat`` rounds of one call each, in turn."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            times[name] += cpu_times(fn, 1)
-    return times
-
-
-def show(times: list[float]) -> str:
-    return f"best {min(times) * 1e3:7.1f} ms  median {statistics.median(times) * 1e3:7.1f} ms"
 
 
 # --------------------------------------------------------------------------- LMCache

@@ -18,12 +18,9 @@ Without libcachesim installed its side is skipped with a message.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,17 +28,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
+from _trace import DEFAULT_TRACE, interleaved, load_mooncake, show  # noqa: E402
 
 from litehit_core import LiteHit  # noqa: E402
 from litehit_core.block_lru import BlockLRU  # noqa: E402
-
-
-def cpu(fn: Callable[[], Any]) -> float:
-    gc.collect()
-    t0 = time.process_time()
-    fn()
-    return time.process_time() - t0
 
 
 def write_oracle_general(keys: np.ndarray, path: Path) -> None:
@@ -97,14 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                 lcs.LRU(args.capacity).process_trace(reader)
 
             sides[f"libCacheSim LRU, one capacity ({args.capacity:,} blocks)"] = lcs_pass
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for _ in range(args.repeat):
-            for name, fn in sides.items():
-                times[name].append(cpu(fn))
+        times = interleaved(sides, args.repeat)
     for name, t in times.items():
-        print(
-            f"  {name:55s} best {min(t) * 1e3:7.1f} ms  median {statistics.median(t) * 1e3:7.1f} ms"
-        )
+        print(f"  {name:55s} {show(t)}")
     lcs_name = next((n for n in times if n.startswith("libCacheSim")), None)
     if lcs_name is not None:
         base = min(times[lcs_name])
