@@ -73,42 +73,38 @@ def _slot(key: np.int64, mask: np.int64) -> np.int64:
     return np.int64(z & np.uint64(mask))
 
 
-@njit(cache=True, nogil=True)
-def _get(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
+@njit(cache=True, nogil=True, inline="always")
+def _find(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
+    """The slot holding ``key``, or the empty slot where its probe sequence ends (linear
+    probing). The one probe loop of :func:`_get`, :func:`_put`, :func:`_delete`, ``_touch``."""
     mask = tk.shape[0] - 1
     i = _slot(key, mask)
-    while tv[i] != _EMPTY:
-        if tk[i] == key:
-            return tv[i]
+    while tv[i] != _EMPTY and tk[i] != key:
         i = (i + 1) & mask
-    return _EMPTY
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _get(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
+    return tv[_find(tk, tv, key)]  # _EMPTY when absent
 
 
 @njit(cache=True, nogil=True)
 def _put(tk: np.ndarray, tv: np.ndarray, key: np.int64, value: np.int64) -> np.int64:
     """Set ``key`` -> ``value``; returns 1 when the key was new."""
-    mask = tk.shape[0] - 1
-    i = _slot(key, mask)
-    while tv[i] != _EMPTY:
-        if tk[i] == key:
-            tv[i] = value
-            return 0
-        i = (i + 1) & mask
+    i = _find(tk, tv, key)
+    new = 1 if tv[i] == _EMPTY else 0
     tk[i] = key
     tv[i] = value
-    return 1
+    return new
 
 
 @njit(cache=True, nogil=True)
 def _delete(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
     """Remove ``key`` (backward-shift deletion: no tombstones); returns 1 if it was there."""
     mask = tk.shape[0] - 1
-    i = _slot(key, mask)
-    while tv[i] != _EMPTY:
-        if tk[i] == key:
-            break
-        i = (i + 1) & mask
-    else:
+    i = _find(tk, tv, key)
+    if tv[i] == _EMPTY:
         return 0
     j = i
     while True:
@@ -189,15 +185,16 @@ def _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, key, kind, n
     else:
         tk, tv, charge = ltk, ltv, meta[_LB]
     t = meta[_T]
-    old = _get(tk, tv, key)
+    slot = _find(tk, tv, key)  # one probe for the read and the write
+    old = tv[slot]
+    tk[slot] = key
+    tv[slot] = t
     if old != _EMPTY:  # tables hold live objects only (at or above the floor)
         _fen_add(fen, old, -charge)
         if kind == _FULL:
             _fen_add(fcnt, old, -1)
         pkind[old] = 0
-        _put(tk, tv, key, t)
     else:
-        _put(tk, tv, key, t)
         if kind == _FULL:
             meta[_FSIZE] += 1
             meta[_LIVE_F] += 1
