@@ -406,73 +406,75 @@ def _heading(out: list[str], title: str) -> None:
 def format_report(data: dict[str, Any]) -> str:
     """The text report: LMCache's sections and layout, then the exact curve."""
     a = data["aggregate"]
-    gib = a["cache_capacity_gib"]
     chunks = a["cache_capacity_chunks"]
-    out = [_SEP, "Aggregate", _SEP]
-    out.append(f"  Requests processed  : {a['requests']:,}")
-    out.append(f"  Total tokens        : {a['total_tokens']:,}")
-    out.append(f"  Hit tokens          : {a['hit_tokens']:,}")
-    out.append(f"  Miss tokens         : {a['miss_tokens']:,}")
-    out.append(f"  Token hit rate      : {a['token_hit_rate']:.2%}")
     if chunks < 0:
-        out.append("  Cache capacity      : unlimited")
-        out.append(f"  Cache occupancy     : {a['cache_occupancy_chunks']:,} chunks")
+        capacity = "unlimited"
+        occupancy = f"{a['cache_occupancy_chunks']:,} chunks"
     else:
-        out.append(
-            f"  Cache capacity      : {gib:.2f} GiB  ({chunks:,} chunks × "
-            f"{a['kv_bytes_per_chunk']:,} bytes/chunk)"
-        )
-        out.append(f"  Cache occupancy     : {a['cache_occupancy_chunks']:,} / {chunks:,} chunks")
-    r = data["per_request_hit_rate"]
-    n = a["requests"]
-    _heading(out, "Stat 1 — Per-request token hit rate distribution")
-    out.append(
-        f"  Requests with 0% hit rate   : {r['zero_hit_requests']:,} "
-        f"({r['zero_hit_requests'] / n:.1%})"
-    )
-    out.append(
-        f"  Requests with 100% hit rate : {r['full_hit_requests']:,} "
-        f"({r['full_hit_requests'] / n:.1%})"
-    )
-    out.append(f"  Mean                        : {r['mean']:.2%}")
-    _percentile_lines(out, r, 24, ".2%")
+        capacity = (f"{a['cache_capacity_gib']:.2f} GiB  ({chunks:,} chunks × "
+                    f"{a['kv_bytes_per_chunk']:,} bytes/chunk)")  # fmt: skip
+        occupancy = f"{a['cache_occupancy_chunks']:,} / {chunks:,} chunks"
+    out = [_SEP, "Aggregate", _SEP]
+    _rows(out, 16, [
+        ("Requests processed", f"{a['requests']:,}"),
+        ("Total tokens", f"{a['total_tokens']:,}"),
+        ("Hit tokens", f"{a['hit_tokens']:,}"),
+        ("Miss tokens", f"{a['miss_tokens']:,}"),
+        ("Token hit rate", f"{a['token_hit_rate']:.2%}"),
+        ("Cache capacity", capacity),
+        ("Cache occupancy", occupancy),
+    ])  # fmt: skip
+    r, n = data["per_request_hit_rate"], a["requests"]
+    _section(out, "Stat 1 — Per-request token hit rate distribution", r, 24, ".2%", [
+        ("Requests with 0% hit rate", f"{r['zero_hit_requests']:,} "
+                                      f"({r['zero_hit_requests'] / n:.1%})"),
+        ("Requests with 100% hit rate", f"{r['full_hit_requests']:,} "
+                                        f"({r['full_hit_requests'] / n:.1%})"),
+        ("Mean", f"{r['mean']:.2%}"),
+    ])  # fmt: skip
     p = data["hit_prefix_chunks"]
-    _heading(out, "Stat 2 — Hit prefix length per request (chunks)")
-    out.append(f"  Mean               : {p['mean']:.1f}")
-    _percentile_lines(out, p, 15, ".0f")
+    _section(out, "Stat 2 — Hit prefix length per request (chunks)", p, 15, ".0f",
+             [("Mean", f"{p['mean']:.1f}")])  # fmt: skip
     reuse = data["chunk_reuse"]
     if reuse["count"]:
-        _heading(out, "Stat 3 — Chunk reuse count distribution")
-        out.append(f"  Unique chunks hit at least once : {reuse['count']:,}")
-        out.append(f"  Mean reuse count                : {reuse['mean']:.1f}")
-        out.append(f"  Max reuse count                 : {reuse['max']:,}")
-        _percentile_lines(out, reuse, 28, ".0f")
+        _section(out, "Stat 3 — Chunk reuse count distribution", reuse, 28, ".0f", [
+            ("Unique chunks hit at least once", f"{reuse['count']:,}"),
+            ("Mean reuse count", f"{reuse['mean']:.1f}"),
+            ("Max reuse count", f"{reuse['max']:,}"),
+        ])  # fmt: skip
     _heading(out, "Stat 4 — Rolling (cumulative) token hit rate over time")
     for row in data["rolling_hit_rate"]:
         out.append(f"  After request {row['after_request']:>6,} : {row['hit_rate']:.2%}")
     _heading(out, "Stat 5 — Evictions")
-    out.append(f"  Total evictions    : {a['evictions']:,}")
+    _rows(out, 15, [("Total evictions", f"{a['evictions']:,}")])
     span = data["global_span_chunks"]
     if span["count"]:
-        _heading(out, "Stat 6 — Global span distribution (chunks between last store and hit)")
-        out.append(f"  Total hit chunks   : {span['count']:,}")
-        out.append(f"  Mean span          : {span['mean']:.1f}")
-        out.append(f"  Max span           : {span['max']:,}")
-        _percentile_lines(out, span, 15, ".0f")
+        _section(out, "Stat 6 — Global span distribution (chunks between last store and hit)",
+                 span, 15, ".0f", [("Total hit chunks", f"{span['count']:,}"),
+                                   ("Mean span", f"{span['mean']:.1f}"),
+                                   ("Max span", f"{span['max']:,}")])  # fmt: skip
     pos = data["cache_position"]
     if pos["count"]:
-        _heading(out, "Stat 7 — Cache position at hit (0 = MRU, max = LRU)")
-        out.append(f"  Mean position      : {pos['mean']:.1f}")
-        out.append(f"  Max position       : {pos['max']:,}")
-        _percentile_lines(out, pos, 15, ".0f")
+        _section(out, "Stat 7 — Cache position at hit (0 = MRU, max = LRU)", pos, 15, ".0f",
+                 [("Mean position", f"{pos['mean']:.1f}"),
+                  ("Max position", f"{pos['max']:,}")])  # fmt: skip
     _curve_lines(out, data["curve"], data["input"]["touch_order"])
     out.append(_SEP)
     return "\n".join(out) + "\n"
 
 
-def _percentile_lines(out: list[str], stats: dict[str, Any], pad: int, spec: str) -> None:
-    """LMCache's percentile lines: ``  p25<pad spaces>: value`` per :data:`PERCENTILES`."""
-    out.extend(f"  {f'p{q}':4s}{' ' * pad}: {stats[f'p{q}']:{spec}}" for q in PERCENTILES)
+def _rows(out: list[str], pad: int, rows: list[tuple[str, str]]) -> None:
+    """LMCache's ``  label<spaces>: value`` lines, labels padded to ``4 + pad`` characters."""
+    out.extend(f"  {label:<{4 + pad}}: {text}" for label, text in rows)
+
+
+def _section(out: list[str], title: str, stats: dict[str, Any], pad: int, spec: str,
+             rows: list[tuple[str, str]]) -> None:  # fmt: skip
+    """One statistics section: heading, ``rows``, then the percentiles of ``stats`` (p25 ...
+    as :data:`PERCENTILES`) in format ``spec``, all aligned at ``4 + pad``."""
+    _heading(out, title)
+    _rows(out, pad, rows)
+    _rows(out, pad, [(f"p{q}", f"{stats[f'p{q}']:{spec}}") for q in PERCENTILES])
 
 
 def _curve_lines(out: list[str], c: dict[str, Any], touch_order: str) -> None:
