@@ -76,12 +76,12 @@ def capacity_bytes(gib: float, flag: str) -> int:
 def plot_format(path: str, flag: str = "-o/--output") -> str:
     """The figure format of ``path`` from its extension (the rule of
     :func:`~litehit_service.offline.plot.plot_format`); a UsageError naming ``flag``."""
-    from litehit_service.offline.plot import plot_format_error
+    from litehit_service.offline.plot import plot_format, plot_format_error
 
     problem = plot_format_error(path)
     if problem is not None:
         raise UsageError(f"{flag} {problem}")
-    return path.rsplit(".", 1)[-1].lower()
+    return plot_format(path)
 
 
 def load(args: argparse.Namespace) -> Any:
