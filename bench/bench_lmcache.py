@@ -223,7 +223,10 @@ def _side_by_side(
     for label, (mine, other, target) in targets.items():
         _compare(label, {k: cpu[k] for k in (other, mine) if k in cpu}, mine, other, target)
     print(f"{what}, as commands (wall, fresh process each, best of {ctx.repeat}):")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path[:2])}
+    paths = [os.environ.get("PYTHONPATH", "")]
+    if ctx.simulator is not None:  # python -m lmcache...: the unpacked wheel's folder
+        paths.insert(0, str(Path(ctx.simulator.__file__).parents[3]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     argvs = {k: v for k, v in cli.items() if ctx.simulator is not None or "lmcache" not in k}
     wall = _walls(argvs, ctx.repeat, env)
     for label, (mine, other, target) in targets.items():
