@@ -1,4 +1,10 @@
-"""The engine against the naive multi-capacity LRU oracle (exactness), plus its invariants."""
+"""The engine against the naive multi-capacity LRU oracle (exactness), plus its invariants.
+
+Every test runs on both implementations of model ``"lru"``: :class:`LiteHit` and
+:class:`CompactLiteHit` (the module's ``LiteHit`` is rebound per run), except the tests in
+:data:`LITE_HIT_INTERNALS`, which read the interpreter engine's own layout (the compact
+engine's layout is checked by its ``_check()`` in every other test).
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,35 @@ from litehit_core import (
     project_blocks,
     project_infinite,
 )
+from litehit_core.compact_lite_hit import CompactLiteHit
+
+ENGINES = {"python": LiteHit, "compact": CompactLiteHit}
+LITE_HIT_INTERNALS = {
+    "test_compaction_keeps_every_key_and_bounds_positions": "position space and dict",
+    "test_compaction_with_ttl_drops_expired_keys": "dict",
+    "test_memory_usage_is_an_honest_estimate": "dict and int-object accounting",
+    "test_flood_of_fresh_keys_stays_bounded": "dict and position space",
+    "test_limit_with_hot_set_and_churn_keeps_hot_blocks": "dict",
+    "test_restore_of_a_large_state_with_pending_drops": "position counter and dict",
+    "test_export_needs_int64_keys": "dict, which takes keys beyond int64 when unbounded",
+    "test_memory_estimate_counts_int_objects_at_their_allocated_size": "int objects",
+    "test_a_bounded_engine_holds_only_what_it_tracks_and_its_estimate_is_flat": "dict",
+    "test_memory_estimate_counts_the_bucket_masks_and_ttl_epochs": "bucket masks",
+}
+"""Tests skipped on the compact engine (tests/conftest.py): name -> the LiteHit internal
+they read. tests/test_compact_lite_hit.py checks the same properties on its layout."""
+LRU_ENGINE = "python"  # EngineSpec.lru_engine of the implementation under test
+
+
+@pytest.fixture(autouse=True, scope="module", params=sorted(ENGINES))
+def lite_hit_engine(request):
+    """Rebinds the module's ``LiteHit`` (and ``LRU_ENGINE``) to each implementation."""
+    global LiteHit, LRU_ENGINE
+    saved = LiteHit
+    LiteHit, LRU_ENGINE = ENGINES[request.param], request.param
+    yield request.param
+    LiteHit, LRU_ENGINE = saved, "python"
+
 
 CAPS = [0, 1, 2, 4, 9, 100, None]
 A, B, C, D, E = 1, 2, 3, 4, 5
@@ -421,8 +456,8 @@ def test_limit_drops_least_recent_and_misses_them_everywhere():
 
 
 def test_create_engine_passes_the_limit():
-    engine = create_engine(EngineSpec(ttl_ns=5, max_tracked_blocks=2))
-    assert isinstance(engine, ReplayEngine)
+    engine = create_engine(EngineSpec(ttl_ns=5, max_tracked_blocks=2, lru_engine=LRU_ENGINE))
+    assert isinstance(engine, ReplayEngine) and isinstance(engine, LiteHit)
     engine.process_request([A, B, C])
     assert engine.current_unique_blocks() == 2 and engine.dropped_blocks == 1
     with pytest.raises(
@@ -655,7 +690,7 @@ def test_restore_with_a_smaller_limit_drops_the_least_recent():
 
 
 def test_create_engine_restores_a_state_of_its_model():
-    spec = EngineSpec(ttl_ns=50, max_tracked_blocks=10)
+    spec = EngineSpec(ttl_ns=50, max_tracked_blocks=10, lru_engine=LRU_ENGINE)
     engine = create_engine(spec)
     engine.process_request([A, B, C], 7)
     restored = create_engine(spec, engine.export_state())
