@@ -20,14 +20,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import FACT_MODELS, FactModel, RequestFact
 from litehit_core.state import EngineState
 
-__all__ = ["MODELS", "EngineModel", "EngineSpec", "EngineState", "ReplayEngine", "create_engine"]
+if TYPE_CHECKING:
+    from litehit_core.compact_lite_hit import CompactLiteHit
+
+LRU_ENGINES = ("python", "compact")
+"""The implementations of model ``"lru"`` (:attr:`EngineSpec.lru_engine`)."""
+
+__all__ = [
+    "LRU_ENGINES",
+    "MODELS",
+    "EngineModel",
+    "EngineSpec",
+    "EngineState",
+    "ReplayEngine",
+    "create_engine",
+]
 
 
 @runtime_checkable
@@ -85,6 +99,11 @@ class EngineSpec:
     ``full_bytes`` (F, a block), ``linear_bytes`` (L, a saved state) and ``step_blocks``
     (a state every this many blocks); their limit is in bytes: ``max_tracked_blocks``
     blocks with their states, ``max_tracked_blocks * (step * F + L) // step``.
+    ``lru_engine``: which implementation replays model ``"lru"``, one of
+    :data:`LRU_ENGINES`: ``"python"`` (:class:`~litehit_core.lite_hit.LiteHit`, no numba
+    import) or ``"compact"`` (:class:`~litehit_core.compact_lite_hit.CompactLiteHit`:
+    compiled arrays, ~30 bytes per block, a flat cost to tens of millions of blocks). Both
+    give the same facts and states; other models ignore it.
     """
 
     model: str = "lru"
@@ -93,6 +112,7 @@ class EngineSpec:
     full_bytes: int = 0
     linear_bytes: int = 0
     step_blocks: int = 0
+    lru_engine: str = "python"
 
     @property
     def description(self) -> EngineModel:
@@ -112,9 +132,14 @@ class EngineSpec:
 
 
 def _lru(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
+    engine: type[LiteHit] | type[CompactLiteHit] = LiteHit
+    if spec.lru_engine == "compact":
+        from litehit_core.compact_lite_hit import CompactLiteHit  # numba, as below
+
+        engine = CompactLiteHit
     if state is None:
-        return LiteHit(ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks)
-    return LiteHit.from_state(state, spec.ttl_ns, spec.max_tracked_blocks)
+        return engine(ttl_ns=spec.ttl_ns, max_tracked_blocks=spec.max_tracked_blocks)
+    return engine.from_state(state, spec.ttl_ns, spec.max_tracked_blocks)
 
 
 def _hybrid(spec: EngineSpec, state: EngineState | None) -> ReplayEngine:
@@ -179,6 +204,10 @@ def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayE
     if spec.max_tracked_blocks < 0:
         raise InvalidRequestError(
             f"max_tracked_blocks must not be negative, got {spec.max_tracked_blocks}"
+        )
+    if spec.lru_engine not in LRU_ENGINES:
+        raise InvalidRequestError(
+            f"lru_engine must be one of {list(LRU_ENGINES)}, got {spec.lru_engine!r}"
         )
     if state is not None and getattr(state, "model", None) != spec.model:
         raise InvalidRequestError(

@@ -38,7 +38,7 @@ from litehit_core import (
 )
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
-from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
+from litehit_core.engine import LRU_ENGINES, EngineSpec, ReplayEngine, create_engine
 from litehit_core.model import MAX_OBJECT_BYTES, TOUCH_ORDERS, touch_order_model
 from litehit_core.projector import Projection
 from litehit_core.state import EngineState
@@ -312,7 +312,9 @@ class OnlineOptimizerManager:
     :meth:`QueryPolicy.offline`); ``limits`` bounds what clients can make it hold
     (default: unlimited; ``litehit serve`` passes :meth:`ManagerLimits.online`);
     ``state_store`` keeps each instance's durable snapshot (None: state is not kept across
-    restarts).
+    restarts). ``lru_engine``: the implementation of full-attention (``"lru"``) instances,
+    one of :data:`~litehit_core.engine.LRU_ENGINES` (the same facts either way; see
+    :class:`~litehit_core.engine.EngineSpec`); ValueError otherwise.
     """
 
     def __init__(
@@ -321,7 +323,11 @@ class OnlineOptimizerManager:
         policy: QueryPolicy | None = None,
         limits: ManagerLimits | None = None,
         state_store: SnapshotStore | None = None,
+        lru_engine: str = "python",
     ) -> None:
+        if lru_engine not in LRU_ENGINES:
+            raise ValueError(f"lru_engine must be one of {list(LRU_ENGINES)}, got {lru_engine!r}")
+        self.lru_engine = lru_engine
         self._registry = registry
         self.state_store = state_store
         self.state_stats = StateStats()
@@ -357,7 +363,9 @@ class OnlineOptimizerManager:
             instances: dict[str, InstanceState] = {}
             for reg in stored_regs:
                 try:
-                    instances[reg.instance_id] = _build_state(reg, groups, self.limits)[0]
+                    instances[reg.instance_id] = _build_state(
+                        reg, groups, self.limits, self.lru_engine
+                    )[0]
                 except OptimizerError as exc:
                     raise RegistryIOError(
                         f"registry {self._registry.path!r}: stored instance "
@@ -420,7 +428,7 @@ class OnlineOptimizerManager:
         untouched. O(specs + slots).
         """
         with self._admin:
-            state, result = _build_state(reg, self._groups, self.limits)
+            state, result = _build_state(reg, self._groups, self.limits, self.lru_engine)
             iid = state.instance_id
             existing = self._instances.get(iid)
             if existing is not None and existing.registration == state.registration:
@@ -1059,7 +1067,10 @@ def validated_group(group: InstanceGroup) -> InstanceGroup:
 
 
 def _build_state(
-    reg: InstanceRegistration, groups: dict[str, InstanceGroup], limits: ManagerLimits
+    reg: InstanceRegistration,
+    groups: dict[str, InstanceGroup],
+    limits: ManagerLimits,
+    lru_engine: str = "python",
 ) -> tuple[InstanceState, RegistrationResult]:
     """Validate a registration against ``groups``; build its fresh state and result."""
     iid = reg.instance_id
@@ -1180,7 +1191,9 @@ def _build_state(
         )
     else:
         model = touch_order_model(group.touch_order)
-        spec = EngineSpec(model=model, ttl_ns=ttl_ns, max_tracked_blocks=limit)
+        spec = EngineSpec(
+            model=model, ttl_ns=ttl_ns, max_tracked_blocks=limit, lru_engine=lru_engine
+        )
         projection = Projection(spec, block_bytes)
         slot_units = capacity_blocks = tuple(projection.units(b) for b in slot_bytes)
         too_big = limit and capacity_blocks[-1] > limit

@@ -59,6 +59,14 @@ def register(subparsers: Any) -> None:
         "default: start a local Ray for this run",
     )
     p.add_argument(
+        "--engine",
+        choices=("auto", "python", "compact"),
+        default="auto",
+        help="full-attention engine: python (no numba start-up), compact (compiled arrays: "
+        "~30 bytes per block, flat cost to tens of millions of blocks) or auto (compact for "
+        "traces of 64 MiB and more); the ledger is identical",
+    )
+    p.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar and no text summary (errors are still printed; --json still "
@@ -107,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         max_line_bytes=args.max_line_bytes,
         executor=args.executor,
         ray_address=args.ray_address,
+        engine=args.engine,
     )
     if args.json:
         print(json.dumps(summary.to_json(), separators=(",", ":")))

@@ -35,12 +35,14 @@ LaneRequest = tuple[int, int, str, int, Sequence[int], int]
 class LaneSpec(NamedTuple):
     """What a lane's task needs: the offline policy's trace block size, the instance's
     group and registration (as the replay config holds them), and its ledger line format
-    (instance id, block size, block bytes, model column or None)."""
+    (instance id, block size, block bytes, model column or None), and the full-attention
+    engine implementation (:data:`~litehit_core.engine.LRU_ENGINES`)."""
 
     trace_block_size: int
     group: Any
     registration: Any
     line_format: tuple[str, int, int, str | None]
+    lru_engine: str = "python"
 
 
 class LaneResult(NamedTuple):
@@ -55,7 +57,9 @@ class LaneResult(NamedTuple):
 def replay_lane(spec: LaneSpec, requests: Sequence[LaneRequest]) -> LaneResult:
     """Replay one instance's requests in order through a fresh manager (what a Ray task
     runs; plain Python, testable without Ray). O(requests x query cost)."""
-    manager = OnlineOptimizerManager(policy=QueryPolicy.offline(spec.trace_block_size))
+    manager = OnlineOptimizerManager(
+        policy=QueryPolicy.offline(spec.trace_block_size), lru_engine=spec.lru_engine
+    )
     manager.create_group(spec.group)
     manager.register_instance(spec.registration)
     instance_id = spec.line_format[0]

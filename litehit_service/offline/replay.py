@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
+from litehit_core.engine import LRU_ENGINES
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import OnlineOptimizerManager
@@ -325,6 +326,27 @@ def _lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> It
 # --------------------------------------------------------------------------- replay
 
 
+AUTO_COMPACT_BYTES = 64 << 20
+"""``engine="auto"`` replays traces of at least this many bytes with the compact engine."""
+REPLAY_ENGINES = ("auto", *LRU_ENGINES)
+
+
+def lru_engine_for(engine: str, trace_path: str) -> str:
+    """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"``
+    ``"compact"`` when the trace file holds at least :data:`AUTO_COMPACT_BYTES` (its ~0.3 s
+    numba start-up pays back and its cost per request stays flat as blocks grow) and
+    ``"python"`` below (no numba import). ValueError naming the value for anything else."""
+    if engine not in REPLAY_ENGINES:
+        raise ValueError(f"engine must be one of {list(REPLAY_ENGINES)}, got {engine!r}")
+    if engine != "auto":
+        return engine
+    try:
+        size = os.path.getsize(trace_path)
+    except OSError:
+        return "python"  # the reader reports the missing file with its own message
+    return "compact" if size >= AUTO_COMPACT_BYTES else "python"
+
+
 def run_replay(
     config: ReplayConfig,
     *,
@@ -332,6 +354,7 @@ def run_replay(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     executor: str = "local",
     ray_address: str | None = None,
+    engine: str = "auto",
 ) -> ReplaySummary:
     """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
 
@@ -342,6 +365,8 @@ def run_replay(
     ``executor``: ``"local"`` (this process) or ``"ray"`` (one Ray task per instance lane,
     :mod:`litehit_service.offline.lanes`; at ``ray_address``, else a local Ray): the same
     ledger byte for byte, the same errors.
+    ``engine``: the full-attention engine, ``"python"``, ``"compact"`` or ``"auto"`` (see
+    :func:`lru_engine_for`); the same ledger byte for byte.
     Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
     reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
     untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
@@ -352,9 +377,12 @@ def run_replay(
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {list(EXECUTORS)}, got {executor!r}")
     check_config(config)
+    lru_engine = lru_engine_for(engine, config.trace_file_path)
     if progress is None:
         progress = sys.stderr.isatty()
-    manager = OnlineOptimizerManager(policy=QueryPolicy.offline(config.block_size))
+    manager = OnlineOptimizerManager(
+        policy=QueryPolicy.offline(config.block_size), lru_engine=lru_engine
+    )
     for i, group in enumerate(config.instance_groups):
         try:
             manager.create_group(group)
@@ -402,8 +430,9 @@ def run_replay(
         with FactsWriter(facts_path, with_model=with_model) as writer:
             if executor == "ray":
                 requests, writes, summaries = _drive_lanes(
-                    config, formats, batches, lanes, fixed, path, writer, bar, ray_address
-                )
+                    config, formats, batches, lanes, fixed, path, writer, bar, ray_address,
+                    lru_engine,
+                )  # fmt: skip
             else:
                 requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
                 summaries = manager.list_instances()
@@ -537,6 +566,7 @@ def _drive_lanes(
     writer: FactsWriter,
     bar: Any,
     ray_address: str | None,
+    lru_engine: str = "python",
 ) -> tuple[int, int, list[InstanceSummary]]:
     """:func:`_drive` with every instance lane replayed as a Ray task
     (:mod:`litehit_service.offline.lanes`): route everything here, replay the lanes there,
@@ -547,7 +577,11 @@ def _drive_lanes(
     groups = {group.name: group for group in config.instance_groups}
     specs = {
         reg.instance_id: LaneSpec(
-            config.block_size, groups[reg.instance_group], reg, formats[reg.instance_id]
+            config.block_size,
+            groups[reg.instance_group],
+            reg,
+            formats[reg.instance_id],
+            lru_engine,
         )  # fmt: skip
         for reg in config.instances
     }

@@ -1,0 +1,108 @@
+"""`litehit replay --engine`: the compact engine writes the python engine's ledger byte for
+byte (every routing, TTL, prefix hash, limits), "auto" picks by trace size, and a manager
+of either engine restores the other's snapshots."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_manager import make_reg, new_manager
+from test_ray_executor import HAVE_RAY, random_trace
+from test_replay import cli, group, instance, setup
+
+from litehit_core.compact_lite_hit import CompactLiteHit
+from litehit_core.lite_hit import LiteHit
+from litehit_service.manager import OnlineOptimizerManager
+from litehit_service.offline.config import load_config
+from litehit_service.offline.replay import AUTO_COMPACT_BYTES, lru_engine_for, run_replay
+
+
+def engines_ledgers(config: Path, **kw) -> dict[str, tuple[str, object]]:
+    loaded = load_config(config)
+    out = {}
+    for engine in ("python", "compact"):
+        summary = run_replay(loaded, engine=engine, **kw)
+        out[engine] = (Path(summary.facts_path).read_text(), summary)
+    return out
+
+
+@pytest.mark.parametrize("routing", [{}, {"fanout_all_instances": True}])
+def test_compact_ledger_is_byte_identical(tmp_path: Path, routing) -> None:
+    rng = random.Random(21)
+    ids = ["a", "b", "c"]
+    groups = [group("g"), group("h", ttl_seconds=2), group("p", enable_prefix_hash=True)]
+    insts = [instance("a", "g"), instance("b", "h"), instance("c", "p")]
+    config = setup(tmp_path, random_trace(rng, 1500, ids), groups, insts, **routing)
+    out = engines_ledgers(config)
+    (python_text, python), (compact_text, compact) = out["python"], out["compact"]
+    assert compact_text == python_text and python_text.count("\n") > 1500
+    assert without_memory(compact) == without_memory(python)
+    assert compact.instance_lines() == python.instance_lines()
+
+
+def without_memory(summary) -> list:
+    """The instance summaries with the engines' own memory estimate (which differs by
+    design: ~25 vs ~95 bytes a block) zeroed."""
+    return [
+        replace(s, debug_info=replace(s.debug_info, memory_usage_bytes=0))
+        for s in summary.instance_summaries
+    ]
+
+
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install '.[ray]')")
+def test_ray_lanes_use_the_chosen_engine(tmp_path: Path) -> None:
+    from litehit_service.offline.lanes import LaneSpec, replay_lane
+
+    loaded = load_config(
+        setup(tmp_path, random_trace(random.Random(3), 50, ["a"]), [group("g")], [instance("a")])
+    )
+    reg = loaded.instances[0]
+    spec = LaneSpec(loaded.block_size, loaded.instance_groups[0], reg, ("a", 4, 1024, None))
+    requests = [(0, 1, "t", 1, [1, 2, 3], 12), (1, 2, "t", 2, [1, 2, 9], 12)]
+    python = replay_lane(spec, requests)
+    compact = replay_lane(spec._replace(lru_engine="compact"), requests)
+    assert compact.rows == python.rows and compact.rows[1][1].count(",") > 3
+
+
+def test_auto_picks_compact_for_big_traces_only(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    small.write_text("{}\n")
+    big = tmp_path / "big.jsonl"
+    with big.open("wb") as fh:  # sparse: no disk used
+        fh.truncate(AUTO_COMPACT_BYTES)
+    assert os.path.getsize(big) == AUTO_COMPACT_BYTES
+    assert lru_engine_for("auto", str(small)) == "python"
+    assert lru_engine_for("auto", str(big)) == "compact"
+    assert lru_engine_for("auto", str(tmp_path / "missing")) == "python"
+    assert lru_engine_for("python", str(big)) == "python"
+    assert lru_engine_for("compact", str(small)) == "compact"
+    with pytest.raises(ValueError, match=r"engine must be one of \['auto', 'python', 'compact'\]"):
+        lru_engine_for("fast", str(small))
+
+
+def test_cli_engine_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = setup(tmp_path, random_trace(random.Random(5), 80, ["i"]), [group()], [instance()])
+    outputs = {}
+    for engine in ("python", "compact", "auto"):
+        code, out = cli(capsys, str(config), "--engine", engine)
+        assert code == 0
+        outputs[engine] = (Path(tmp_path / "out" / "litehit_facts.csv").read_text(), out)
+    assert outputs["python"][0] == outputs["compact"][0] == outputs["auto"][0]
+    with pytest.raises(SystemExit) as exc:
+        cli(capsys, str(config), "--engine", "fast")
+    assert exc.value.code == 2
+    assert "invalid choice: 'fast'" in capsys.readouterr().err
+
+
+def test_manager_engine_choice_and_snapshots_across_engines() -> None:
+    with pytest.raises(ValueError, match=r"lru_engine must be one of \['python', 'compact'\]"):
+        OnlineOptimizerManager(lru_engine="fast")
+    for engine, cls in (("python", LiteHit), ("compact", CompactLiteHit)):
+        manager = new_manager(lru_engine=engine)
+        manager.register_instance(make_reg("i"))
+        assert manager.lru_engine == engine
+        assert type(manager._instances["i"].engine) is cls
