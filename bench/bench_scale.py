@@ -1,11 +1,14 @@
 """Offline end to end as a user runs it, at 1x and at K x the trace.
 
 Usage: python bench/bench_scale.py [TRACE.jsonl] [--copies 1,4,40] [--repeat N]
+                                   [--engines python,compact]
 
 TRACE defaults to ../shared/traces/mooncake/conversation_trace.jsonl (Mooncake FAST'25,
 512-token blocks). For each K in ``--copies`` the trace is written K times one after the
-other into a temporary Mooncake file, each copy with fresh keys (``hash_ids + copy x
-2**40``) and its timestamps shifted past the previous copy's, so the tracked blocks grow K
+other into a temporary Mooncake file, each copy with fresh keys (``hash_ids + (copy + 1) x
+2**40``: every copy, the first included, has keys of the same width, so the JSON text and
+int conversions cost the same per request at every K) and its timestamps shifted past the
+previous copy's, so the tracked blocks grow K
 times (Mooncake conversation: 182,790 unique hash ids per copy, 170,899 of them complete
 blocks). Then ``litehit replay
 CONFIG`` runs as a fresh process (one instance of 512-token blocks at 64 MiB per block, 30
@@ -49,8 +52,9 @@ def write_copies(trace: Path, copies: int, out: Path) -> tuple[int, int]:
     with out.open("w") as fh:
         for c in range(copies):
             for r in rows:
+                offset = (c + 1) << 40
                 shifted = dict(r, timestamp=r["timestamp"] + c * span,
-                               hash_ids=[h + c * (1 << 40) for h in r["hash_ids"]])  # fmt: skip
+                               hash_ids=[h + offset for h in r["hash_ids"]])  # fmt: skip
                 fh.write(json.dumps(shifted) + "\n")
     return len(rows) * copies, unique
 
@@ -73,14 +77,16 @@ def write_config(trace: Path, unique_blocks: int, folder: Path) -> Path:
     return config
 
 
-def run(config: Path, repeat: int) -> tuple[list[float], list[float], int]:
-    """Wall seconds of ``litehit replay CONFIG`` and the replay's own seconds, N runs."""
+def run(config: Path, repeat: int, engine: str) -> tuple[list[float], list[float], int]:
+    """Wall seconds of ``litehit replay CONFIG --engine ENGINE`` and the replay's own
+    seconds, N runs."""
     walls, own = [], []
     requests = 0
+    command = [sys.executable, "-m", "litehit_service.cli", "replay", str(config)]
+    command += ["--engine", engine]
     for _ in range(repeat):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "litehit_service.cli", "replay", str(config)],
-                              capture_output=True, text=True, check=True)  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True, check=True)
         walls.append(time.perf_counter() - t0)
         match = _RUN_LINE.search(proc.stdout + proc.stderr)
         if match is None:
@@ -95,10 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--copies", default="1,4,40")
     ap.add_argument("--repeat", type=int, default=5, help="runs per K (the largest K: 2)")
+    ap.add_argument("--engines", default="python,compact,auto",
+                    help="litehit replay --engine values to run at every K")  # fmt: skip
     args = ap.parse_args(argv)
     copies = [int(c) for c in args.copies.split(",")]
+    engines = args.engines.split(",")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; trace {args.trace}")
-    per_request: dict[int, float] = {}
+    per_request: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
         for k in copies:
             folder = Path(tmp) / f"x{k}"
@@ -107,17 +116,18 @@ def main(argv: list[str] | None = None) -> int:
             requests, unique = write_copies(args.trace, k, trace)
             config = write_config(trace, unique * k, folder)
             repeat = args.repeat if k < 10 else min(args.repeat, 2)
-            walls, own, n = run(config, repeat)
-            assert n == requests
-            per_request[k] = min(own) / n
-            print(f"{k:>3}x: {n:,} requests, {unique * k:,} unique hash ids; command wall best "
-                  f"{min(walls):.3f} s median {statistics.median(walls):.3f} s; replay "
-                  f"{min(own):.3f} s = {per_request[k] * 1e6:.2f} us/request "
-                  f"({n / min(own):,.0f} requests/s)")  # fmt: skip
-    if 1 in per_request:
-        for k, cost in per_request.items():
-            if k > 1:
-                print(f"  {k}x per-request cost / 1x: {cost / per_request[1]:.2f} (target <= 1.25)")
+            for engine in engines:
+                walls, own, n = run(config, repeat, engine)
+                assert n == requests
+                cost = per_request[engine, k] = min(own) / n
+                print(f"{k:>3}x {engine:>7}: {n:,} requests, {unique * k:,} unique hash ids; "
+                      f"command wall best {min(walls):.3f} s median "
+                      f"{statistics.median(walls):.3f} s; replay {min(own):.3f} s = "
+                      f"{cost * 1e6:.2f} us/request ({n / min(own):,.0f} requests/s)")  # fmt: skip
+    for (engine, k), cost in per_request.items():
+        if k > 1 and (engine, 1) in per_request:
+            ratio = cost / per_request[engine, 1]
+            print(f"  {engine} {k}x per-request cost / 1x: {ratio:.2f} (target <= 1.25)")
     return 0
 
 
