@@ -50,7 +50,7 @@ from litehit_core.lite_hit import _MODEL, _validated_arrays
 from litehit_core.model import HitCurveSegment, RequestFact
 from litehit_core.state import EngineState
 
-__all__ = ["BatchFacts", "CompactLiteHit"]
+__all__ = ["BatchFacts", "CompactLiteHit", "warm_up"]
 
 # meta slots
 _T, _CAP, _PEXP, _LIVE, _DEAD, _NOW, _TTL, _LIMIT = 0, 1, 2, 3, 4, 5, 6, 7
@@ -269,12 +269,13 @@ def _request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, 
 
 @njit(cache=True, nogil=True)
 def _batch(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, offsets, times, first, olds, slots,
-           totals, seg_offsets, seg_start, seg_len) -> np.int64:  # fmt: skip
+           totals, uniques, seg_offsets, seg_start, seg_len) -> np.int64:  # fmt: skip
     """:func:`_request` for requests ``first, first + 1, ...`` (request r is
     ``keys[offsets[r]:offsets[r + 1]]`` at ``times[r]``): its deduplicated length goes to
-    ``totals[r]``, its segments to ``seg_start``/``seg_len`` from ``seg_offsets[r]`` on
-    (``seg_offsets[r + 1]`` is set). Returns -1 when done, else the first request that
-    needs room (positions, table, an epoch or scratch) first; nothing of it was changed."""
+    ``totals[r]``, the blocks tracked after it to ``uniques[r]``, its segments to
+    ``seg_start``/``seg_len`` from ``seg_offsets[r]`` on (``seg_offsets[r + 1]`` is set).
+    Returns -1 when done, else the first request that needs room (positions, table, an
+    epoch or scratch) first; nothing of it was changed."""
     cap = kbp.shape[0]
     load = tv.shape[0] * _MAX_LOAD_NUM // _MAX_LOAD_DEN
     for r in range(first, offsets.shape[0] - 1):
@@ -292,6 +293,7 @@ def _batch(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, offsets, times, firs
         nseg = _request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys[a:b], times[r], olds,
                         slots, seg_start[at:], seg_len[at:])  # fmt: skip
         totals[r] = meta[_N]
+        uniques[r] = meta[_LIVE]
         seg_offsets[r + 1] = at + nseg
     return -1
 
@@ -365,9 +367,12 @@ def _build_fenwick(dead, fen) -> None:
 class BatchFacts(NamedTuple):
     """Facts of a batch of requests as arrays: request r has ``totals[r]`` distinct blocks
     and the segments ``(seg_start[i], seg_len[i])`` for ``i`` in
-    ``seg_offsets[r]:seg_offsets[r + 1]`` (the :class:`HitCurveSegment` of its fact)."""
+    ``seg_offsets[r]:seg_offsets[r + 1]`` (the :class:`HitCurveSegment` of its fact);
+    ``uniques[r]`` blocks are tracked after it. Entries of ``seg_start``/``seg_len`` past
+    ``seg_offsets[-1]`` are unused."""
 
     totals: np.ndarray
+    uniques: np.ndarray
     seg_offsets: np.ndarray
     seg_start: np.ndarray
     seg_len: np.ndarray
@@ -521,6 +526,7 @@ class CompactLiteHit:
         ):
             raise InvalidRequestError("offsets must start at 0, not decrease and end at len(keys)")
         totals = np.zeros(requests, np.int64)
+        uniques = np.zeros(requests, np.int64)
         seg_offsets = np.zeros(requests + 1, np.int64)
         seg_start = np.empty(keys.shape[0], np.int64)
         seg_len = np.empty(keys.shape[0], np.int64)
@@ -529,8 +535,8 @@ class CompactLiteHit:
             self._room(int(offsets[r + 1] - offsets[r]))
             r = _batch(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
                        self._ep_time, keys, offsets, times, r, self._olds, self._slots, totals,
-                       seg_offsets, seg_start, seg_len)  # fmt: skip
-        return BatchFacts(totals, seg_offsets, seg_start, seg_len)
+                       uniques, seg_offsets, seg_start, seg_len)  # fmt: skip
+        return BatchFacts(totals, uniques, seg_offsets, seg_start, seg_len)
 
     def _room(self, n: int) -> None:
         """Make room for a request of ``n`` blocks: positions, table entries, an epoch and
@@ -661,3 +667,20 @@ class CompactLiteHit:
         assert np.all(np.diff(ep_pos) > 0) and np.all(np.diff(ep_time) > 0)
         if meta[_TTL] and len(live):
             assert nep and ep_pos[0] <= live[0] and ep_time[-1] <= meta[_NOW]
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's disk cache) every kernel of :class:`CompactLiteHit`
+    by running a small engine with TTL and a limit through growth, compaction, a batch and
+    a state round trip; returns the seconds it took (a few seconds the first time after an
+    install, ~0.1 s once cached). ``litehit serve`` calls it before it listens."""
+    import time
+
+    start = time.monotonic()
+    engine = CompactLiteHit(ttl_ns=50, max_tracked_blocks=3000)
+    for i in range(2200):  # past the first position space: a compaction and a rebuild
+        engine.process_request([i % 97] + list(range(8 * i, 8 * i + 7)), now_ns=i)
+    keys = np.arange(40, dtype=np.int64)
+    engine.process_batch(keys, np.array([0, 20, 40]), np.array([800, 801]))
+    CompactLiteHit.from_state(engine.export_state(), 50, 3000)
+    return time.monotonic() - start

@@ -179,9 +179,37 @@ def project_matrix(
         chain.from_iterable(chain.from_iterable(curves)), np.int64, count=2 * n_segments
     ).reshape(n_segments, 2)
     owner = np.repeat(np.arange(n_rows), counts)
-    contrib = np.clip(row_caps - flat[:, :1] + 1, 0, flat[:, 1:2])
-    np.add.at(hits, owner, contrib)
+    np.add.at(hits, owner, _ramp_hits(row_caps, flat[:, :1], flat[:, 1:2]))
     return hits
+
+
+def _ramp_hits(capacities: np.ndarray, starts: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """Hit blocks of each segment (rows) at each capacity (columns): ``min(run, C - start
+    + 1)`` when ``start <= C``, else 0 (:func:`project_curve`'s sum term). O(size)."""
+    return np.clip(capacities - starts + 1, 0, runs)
+
+
+def project_segments(
+    starts: np.ndarray, runs: np.ndarray, offsets: np.ndarray, capacities_blocks: Sequence[int]
+) -> np.ndarray:
+    """Hit blocks of many ramps facts given as arrays (fact r's segments are
+    ``starts``/``runs`` at ``offsets[r]:offsets[r + 1]``) at each capacity in blocks: an
+    int64 (facts x slots) matrix, the same numbers as :func:`project_curve_slots` per fact.
+    O(segments x slots) numpy work."""
+    used = int(offsets[-1]) if len(offsets) else 0
+    caps = np.asarray(capacities_blocks, np.int64)[None, :]
+    per_segment = _ramp_hits(caps, starts[:used, None], runs[:used, None])
+    summed = np.zeros((used + 1, caps.shape[1]), np.int64)
+    np.cumsum(per_segment, axis=0, out=summed[1:])
+    return summed[offsets[1:]] - summed[offsets[:-1]]
+
+
+def segment_sums(runs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Hit blocks at infinite capacity of many ramps facts given as arrays (see
+    :func:`project_segments`). O(segments)."""
+    summed = np.zeros(int(offsets[-1]) + 1 if len(offsets) else 1, np.int64)
+    np.cumsum(runs[: len(summed) - 1], out=summed[1:])
+    return summed[offsets[1:]] - summed[offsets[:-1]]
 
 
 def project_steps_matrix(

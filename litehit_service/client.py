@@ -22,8 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from litehit_service import messages as pb2
 from litehit_service import wire
-from litehit_service.model import InstanceGroup, InstanceRegistration
-from litehit_service.wire import raise_for_header
+from litehit_service.model import InstanceGroup, InstanceRegistration, PackedQueryResult
+from litehit_service.wire import packed_result_from_pb, raise_for_header
 
 _Resp = TypeVar("_Resp")
 
@@ -352,6 +352,26 @@ class OptimizerClient:
                     yield result
         finally:
             call.cancel()  # no-op when the stream already finished; stops it if abandoned
+
+    def stream_packed(
+        self,
+        batches: Iterable[pb2.TraceQueryPackedRequest],
+        *,
+        timeout: float | None = None,
+    ) -> Iterator[PackedQueryResult]:
+        """Send packed batches (build them with :func:`~litehit_service.wire.packed_query_to_pb`)
+        over one TraceQueryPackedStream; yield each batch's answers, in order, as a
+        :class:`~litehit_service.model.PackedQueryResult`. A refused batch (nothing of it
+        applied) raises its typed error when reached and cancels the stream; a transport
+        error raises ``grpc.RpcError``. Not retried. O(total keys)."""
+        call = self._stub.TraceQueryPackedStream(
+            iter(batches), timeout=timeout, metadata=self._metadata
+        )
+        try:
+            for response in call:
+                yield packed_result_from_pb(response)
+        finally:
+            call.cancel()
 
 
 def _batches(

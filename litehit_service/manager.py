@@ -40,7 +40,7 @@ from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import LRU_ENGINES, EngineSpec, ReplayEngine, create_engine
 from litehit_core.model import MAX_OBJECT_BYTES, TOUCH_ORDERS, touch_order_model
-from litehit_core.projector import Projection
+from litehit_core.projector import Projection, project_segments, segment_sums
 from litehit_core.state import EngineState
 from litehit_service.errors import (
     DuplicateEntity,
@@ -61,6 +61,7 @@ from litehit_service.model import (
     InstanceSummary,
     LocationSpec,
     LocationSpecGroup,
+    PackedQueryResult,
     RegistrationResult,
     TargetCapacity,
     TheoreticalResult,
@@ -526,6 +527,172 @@ class OnlineOptimizerManager:
             instance_id, block_keys, input_token_len, 0, timestamp_ns
         )
         return self._apply(state, keys, tokens, stamp, False)[0], tokens
+
+    def trace_query_packed(
+        self,
+        instance_id: str,
+        block_keys: np.ndarray,
+        key_counts: np.ndarray,
+        input_token_lens: np.ndarray,
+        timestamps_ns: np.ndarray,
+    ) -> PackedQueryResult:
+        """Replay a packed batch of queries of one instance, in order: query i has
+        ``key_counts[i]`` keys of ``block_keys`` (int64 arrays), ``input_token_lens[i]``
+        tokens (0 = derive) and arrives at ``timestamps_ns[i]`` (empty = all 0).
+
+        Every query follows the same policy as :meth:`trace_query` (the same rules and
+        messages, prefixed with the query's index) and gives the same answers as the same
+        queries sent one by one (a timestamp of 0 reads the clock once for the batch).
+        All or nothing: a bad query raises before anything changes. A compact
+        full-attention engine replays the batch in one compiled call and the answers are
+        projected as arrays (:func:`~litehit_core.projector.project_segments`); other
+        engines replay query by query. O(keys + queries x slots).
+        """
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
+        keys, offsets, tokens, stamps = self._prepare_packed(
+            state, block_keys, key_counts, input_token_lens, timestamps_ns
+        )
+        n = len(tokens)
+        with state.lock:
+            now = self._advance_packed(state, stamps)
+            engine = state.engine
+            if state.spec.model == "lru" and state.spec.lru_engine == "compact":
+                facts = engine.process_batch(keys, offsets, now)  # type: ignore[attr-defined]
+                used = int(facts.seg_offsets[-1])
+                starts, runs = facts.seg_start[:used], facts.seg_len[:used]
+                hits = project_segments(starts, runs, facts.seg_offsets, state.slot_units)
+                best = segment_sums(runs, facts.seg_offsets)
+                totals, uniques = facts.totals, facts.uniques
+                state.curve.accumulator.add_ramps(starts, runs)
+            else:
+                totals, uniques, best, rows = (np.zeros(n, np.int64) for _ in range(4))
+                hit_rows = []
+                projection = state.projection
+                flat = keys.tolist()
+                for i in range(n):
+                    fact = engine.process_request(flat[offsets[i] : offsets[i + 1]], int(now[i]))
+                    hit_rows.append(projection.slots(fact, state.slot_units))
+                    best[i] = projection.infinite(fact)
+                    totals[i] = fact.total_blocks
+                    uniques[i] = engine.current_unique_blocks()
+                    state.add_to_curve(fact.hit_curve)
+                hits = np.array(hit_rows, np.int64).reshape(n, len(state.slot_units))
+            if n:
+                state.clock_ns = int(now[-1])
+            state.total_hits[:] = map(add, state.total_hits, hits.sum(axis=0).tolist())
+            if state.theoretical_enabled:
+                state.total_max_hits += int(best.sum())
+            state.total_queries += n
+            state.total_blocks_queried += int(totals.sum())
+            state.total_input_tokens += int(tokens.sum())
+        return PackedQueryResult(
+            block_size_tokens=state.block_size,
+            capacity_gb=state.capacity_gb,
+            total_blocks=totals,
+            input_token_lens=tokens,
+            hit_blocks=hits,
+            max_hit_blocks=best if state.theoretical_enabled else None,
+            unique_blocks=uniques,
+        )
+
+    def _prepare_packed(
+        self,
+        state: InstanceState,
+        block_keys: np.ndarray,
+        key_counts: np.ndarray,
+        input_token_lens: np.ndarray,
+        timestamps_ns: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Validate and normalise a packed batch by the policy's rules 1-8: (keys, offsets,
+        tokens, times), int64 arrays. Vectorised for instances without prefix hashing or
+        re-blocking; a failing query is handed to the scalar rules for its message, so both
+        paths raise the same errors. Changes nothing. O(keys + queries)."""
+        iid = state.instance_id
+        n = len(key_counts)
+        for name, values in (
+            ("input_token_lens", input_token_lens),
+            ("timestamps_ns", timestamps_ns),
+        ):
+            if len(values) != n and not (name == "timestamps_ns" and len(values) == 0):
+                raise InvalidArgument(
+                    f"{name} has {len(values)} values but key_counts has {n} (one per query)"
+                )
+        counts = np.asarray(key_counts, np.int64)
+        lens = np.asarray(input_token_lens, np.int64)
+        stamps = (
+            np.asarray(timestamps_ns, np.int64) if len(timestamps_ns) else np.zeros(n, np.int64)
+        )
+        for name, values in (
+            ("key_counts", counts),
+            ("input_token_lens", lens),
+            ("timestamps_ns", stamps),
+        ):
+            if n and values.min() < 0:
+                i = int(np.argmax(values < 0))
+                raise InvalidArgument(f"{name}[{i}] must not be negative, got {values[i]}")
+        if int(counts.sum()) != len(block_keys):
+            raise InvalidArgument(
+                f"key_counts add up to {int(counts.sum())} but block_keys has "
+                f"{len(block_keys)} keys"
+            )
+        policy = self.policy
+        if n and counts.max() > policy.max_block_keys:
+            i = int(np.argmax(counts > policy.max_block_keys))
+            raise InvalidArgument(
+                f"query {i}: block_keys has {counts[i]} keys, more than max_block_keys "
+                f"{policy.max_block_keys}"
+            )
+        if policy.clock_ns is not None and n:
+            now = policy.clock_ns()
+            skew = policy.max_clock_skew_ns
+            if skew is not None and (stamps > now + skew).any():
+                first = int(np.argmax(stamps > now + skew))
+                try:  # the scalar rule words the error (with its own reading of the clock)
+                    policy.stamp(int(stamps[first]))
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"query {first}: {exc}") from None
+            stamps = np.where(stamps > 0, stamps, now)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        bs = state.block_size
+        trace_bs = policy.trace_block_size_tokens
+        if not state.enable_prefix_hash and trace_bs in (0, bs):
+            tokens = np.where(lens == 0, counts * bs, lens)
+            bad = (lens > 0) & (counts != lens // bs)
+            if not bad.any():
+                return np.asarray(block_keys, np.int64), offsets, tokens, stamps
+        keys: list[int] = []
+        token_list: list[int] = []
+        flat = np.asarray(block_keys, np.int64).tolist()
+        for i in range(n):
+            try:
+                normalized = normalize_request(
+                    flat[offsets[i] : offsets[i + 1]], int(lens[i]), bs,
+                    state.enable_prefix_hash, trace_bs,
+                )  # fmt: skip
+            except InvalidRequestError as exc:
+                raise InvalidArgument(f"instance_id {iid!r}: query {i}: {exc}") from None
+            keys += normalized.block_keys
+            token_list.append(normalized.input_token_len)
+            offsets[i + 1] = len(keys)
+        return np.array(keys, np.int64), offsets, np.array(token_list, np.int64), stamps
+
+    def _advance_packed(self, state: InstanceState, stamps: np.ndarray) -> np.ndarray:
+        """Rule 9 for a batch: the instance clock after each query (call under the lock;
+        the instance's clock itself is left to the caller). A backwards time under
+        ``"reject"`` raises for the first offender, naming its index. O(queries)."""
+        running = np.maximum.accumulate(np.concatenate(([state.clock_ns], stamps)))
+        if self.policy.backwards == "reject" and len(stamps):
+            back = stamps < running[:-1]
+            if back.any():
+                i = int(np.argmax(back))
+                try:
+                    self.policy.advance(state.instance_id, int(running[i]), int(stamps[i]))
+                except InvalidArgument as exc:
+                    raise InvalidArgument(f"query {i}: {exc}") from None
+        return running[1:]
 
     def _prepare(
         self,

@@ -238,6 +238,19 @@ class LatencyHistogram(Collector):
                 counts[slot] += 1
                 sums[key] += value
 
+    def observe_uniform(self, method: str, seconds: float, count: int, instance_id: str) -> None:
+        """Record ``count`` observations of ``seconds`` each (a packed batch's queries share
+        its time per query). O(log b)."""
+        slot = bisect_left(self._bounds, seconds)
+        with self._lock:
+            key = (method, instance_id)
+            counts = self._counts.get(key)
+            if counts is None:
+                counts = self._counts[key] = [0] * (len(self._bounds) + 1)
+                self._sums[key] = 0.0
+            counts[slot] += count
+            self._sums[key] += seconds * count
+
     def forget(self, instance_id: str) -> None:
         """Drop every series of ``instance_id`` (removed, reset or re-registered). O(series)."""
         with self._lock:
@@ -497,6 +510,12 @@ class ServiceMetrics:
     ) -> None:
         """Record a batch of queries' handling times under one lock. O(k log buckets)."""
         self._latency.observe_many(method, seconds, instance_ids)
+
+    def observe_packed(self, method: str, seconds: float, queries: int, instance_id: str) -> None:
+        """Record a packed batch of ``queries`` queries handled in ``seconds``: each query
+        counts its share of the time. O(log buckets)."""
+        if queries:
+            self._latency.observe_uniform(method, seconds / queries, queries, instance_id)
 
     def forget_instance(self, instance_id: str) -> None:
         """Drop the latency series of ``instance_id`` (the per-instance counters are

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from litehit_core import RequestFact
 
 
@@ -92,6 +94,31 @@ class CapacityResult:
     cache_hit_count: int
     hit_rate: float
     current_unique_keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class PackedQueryResult:
+    """The answers to one packed batch of queries of one instance (numpy arrays, one row
+    per query in batch order).
+
+    ``hit_blocks[i, j]``: query i's hit blocks at slot j (``capacity_gb`` ascending);
+    ``max_hit_blocks``: at unlimited capacity (None when the group's theoretical maximum
+    is off); ``unique_blocks``: blocks tracked after the query; ``total_blocks`` and
+    ``input_token_lens`` (tokens, the hit-rate denominator) per query.
+    """
+
+    block_size_tokens: int
+    capacity_gb: tuple[float, ...]
+    total_blocks: np.ndarray
+    input_token_lens: np.ndarray
+    hit_blocks: np.ndarray
+    max_hit_blocks: np.ndarray | None
+    unique_blocks: np.ndarray
+
+    @property
+    def queries(self) -> int:
+        """Queries of the batch. O(1)."""
+        return len(self.total_blocks)
 
 
 class TheoreticalResult(NamedTuple):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from litehit_core.hybrid import warm_up
+from litehit_core import compact_lite_hit, hybrid
 from litehit_service.addresses import format_address, parse_address
 from litehit_service.entries import load_groups_file
 from litehit_service.errors import InstanceNotExist
@@ -128,7 +128,8 @@ class ServerConfig:
     query policy (``max_block_keys``, ``max_clock_skew_seconds``); the manager's limits
     (``max_instances``, ``max_tracked_blocks``); durability and stopping
     (``snapshot_interval_seconds``, 0 = only at stop; ``grace_seconds``); the metrics
-    (``curve_grid_points``).
+    (``curve_grid_points``); the full-attention ``engine`` (``"compact"`` or ``"python"``,
+    :data:`~litehit_core.engine.LRU_ENGINES`).
     """
 
     listen: str = "127.0.0.1:50051"
@@ -143,6 +144,7 @@ class ServerConfig:
     snapshot_interval_seconds: float = DEFAULT_SNAPSHOT_INTERVAL_SECONDS
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     curve_grid_points: int = DEFAULT_CURVE_GRID_POINTS
+    engine: str = "compact"
 
 
 def tune_allocator(mmap_threshold: int = 1 << 20, arenas: int = 1) -> bool:
@@ -312,7 +314,8 @@ def serve(
     previous = _install_signal_handlers(stop) if main_thread else {}
     try:
         tune_allocator()
-        log.info("hybrid engine kernels ready in %.2f s", warm_up())
+        kernels = hybrid.warm_up() + compact_lite_hit.warm_up()
+        log.info("compiled engine kernels ready in %.2f s", kernels)
         registry = Registry(registry_path)
         manager = OnlineOptimizerManager(
             registry,
@@ -322,6 +325,7 @@ def serve(
             ),
             ManagerLimits.online(config.max_instances, config.max_tracked_blocks),
             state_store=SnapshotStore(data_dir / STATE_DIR),
+            lru_engine=config.engine,
         )
         manager.restore()
         manager.restore_states()

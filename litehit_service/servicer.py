@@ -331,6 +331,36 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         for batch in request_iterator:
             yield self.answer_batch(batch)
 
+    def answer_packed(
+        self, request: pb2.TraceQueryPackedRequest, method: str = "TraceQueryPackedStream"
+    ) -> pb2.TraceQueryPackedResponse:
+        """Apply one packed batch of one instance, whole or not at all (see
+        :meth:`~litehit_service.manager.OnlineOptimizerManager.trace_query_packed`); a
+        refused batch's header names the query and field. Each query's latency is the
+        batch's time shared equally. O(keys + queries x slots)."""
+        start = perf_counter()
+        try:
+            result = self._manager.trace_query_packed(*wire.packed_query_from_pb(request))
+            response = wire.packed_result_to_pb(result, request.trace_id)
+            known = request.instance_id
+        except Exception as exc:  # every failure becomes a header status
+            code, message = self._classify(method, request, exc)
+            response = wire.packed_error_to_pb(request.trace_id, code, message)
+            known = "" if code == _INSTANCE_NOT_EXIST else request.instance_id
+        if self._metrics is not None:
+            self._metrics.observe_packed(
+                method, perf_counter() - start, len(request.key_counts), known
+            )
+        return response
+
+    def TraceQueryPackedStream(
+        self, request_iterator: Iterable[pb2.TraceQueryPackedRequest], context: grpc.ServicerContext
+    ) -> Iterator[pb2.TraceQueryPackedResponse]:
+        """One packed answer per packed batch, in order (see :meth:`answer_packed`; the
+        server's transport calls that itself)."""
+        for request in request_iterator:
+            yield self.answer_packed(request)
+
 
 def _latency_id(request: pb2.TraceQueryRequest, fields: dict[str, Any]) -> str:
     """The instance id a query's latency is recorded under: empty for an unknown instance

@@ -43,6 +43,31 @@ SHUTTING_DOWN = "server shutting down"
 STREAM_METHOD = "TraceQueryStream"
 
 
+@dataclass(frozen=True)
+class StreamKind:
+    """How the transport drives one streaming method: the instances a message's queries
+    touch (their gates are held while it is applied), how many queries it holds, and the
+    servicer method that answers it (``answer(message, method)``)."""
+
+    instance_ids: Callable[[Any], set[str]]
+    queries: Callable[[Any], int]
+    answer: str
+
+
+STREAM_KINDS: dict[str, StreamKind] = {
+    STREAM_METHOD: StreamKind(
+        lambda batch: {q.instance_id for q in batch.queries},
+        lambda batch: len(batch.queries),
+        "answer_batch",
+    ),
+    "TraceQueryPackedStream": StreamKind(
+        lambda batch: {batch.instance_id}, lambda batch: len(batch.key_counts), "answer_packed"
+    ),
+}
+"""Every streaming method of the service; :meth:`Transport.generic_handler` refuses to
+serve a streaming method missing here (deny by default)."""
+
+
 @dataclass
 class StreamRecord:
     """What one open stream is doing (for the drain's report of abandoned streams)."""
@@ -149,6 +174,8 @@ class Transport:
             access = method_access(method.name)
             request_type = _message_class(method.input_type.name)
             if method.client_streaming or method.server_streaming:
+                if method.name not in STREAM_KINDS:
+                    raise ValueError(f"streaming method {method.name} has no StreamKind")
                 handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                     self._stream_handler(method.name, access, request_type)
                 )
@@ -273,6 +300,8 @@ class Transport:
         context: Any,
         record: StreamRecord,
     ) -> AsyncIterator[bytes]:
+        kind = STREAM_KINDS[method]
+        answer = getattr(self._servicer, kind.answer)
         reader = requests.__aiter__()
         draining = self._draining_event()
         drain_wait = asyncio.ensure_future(draining.wait())
@@ -304,15 +333,16 @@ class Transport:
                 n += 1
                 batch = await self._decode(method, request_type, raw, context, n)
                 record.state = "applying"
-                ids = {q.instance_id for q in batch.queries}
+                ids = kind.instance_ids(batch)
 
                 def work(batch: Any = batch) -> bytes:
-                    return self._servicer.answer_batch(batch, method).SerializeToString()
+                    return answer(batch, method).SerializeToString()
 
                 response = await self.gates.run(ids, lambda work=work: self.in_executor(work))
+                queries = kind.queries(batch)
                 record.batches += 1
-                record.queries += len(batch.queries)
-                record.unanswered = len(batch.queries)
+                record.queries += queries
+                record.unanswered = queries
                 record.state = "writing"
                 yield response
                 record.unanswered = 0

@@ -8,7 +8,10 @@ counts in blocks. Converters are O(size of the message) unless noted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from litehit_core import InvalidRequestError
 from litehit_service import messages as pb2
@@ -33,6 +36,7 @@ from litehit_service.model import (
     InstanceSummary,
     LocationSpec,
     LocationSpecGroup,
+    PackedQueryResult,
     RegistrationResult,
     TargetCapacity,
     TraceQueryResult,
@@ -278,6 +282,85 @@ def trace_result_fields(result: TraceQueryResult, trace_id: str) -> dict[str, An
 def trace_error_fields(trace_id: str, code: int, message: str) -> dict[str, Any]:
     """Constructor fields of a failed TraceQueryResponse (only the header is set)."""
     return {"header": {"status": {"code": code, "message": message}, "request_id": trace_id}}
+
+
+def packed_query_from_pb(
+    msg: pb2.TraceQueryPackedRequest,
+) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A packed batch as the manager takes it: (instance_id, block_keys, key_counts,
+    input_token_lens, timestamps_ns), int64 arrays copied from the packed fields at C speed.
+    O(keys)."""
+    return (
+        msg.instance_id,
+        np.array(msg.block_keys, np.int64),
+        np.array(msg.key_counts, np.int64),
+        np.array(msg.input_token_lens, np.int64),
+        np.array(msg.timestamps_ns, np.int64),
+    )
+
+
+def packed_query_to_pb(
+    instance_id: str,
+    block_keys: Sequence[int] | np.ndarray,
+    key_counts: Sequence[int] | np.ndarray,
+    input_token_lens: Sequence[int] | np.ndarray,
+    timestamps_ns: Sequence[int] | np.ndarray = (),
+    trace_id: str = "",
+) -> pb2.TraceQueryPackedRequest:
+    """The wire form of a packed batch (the client's side of :func:`packed_query_from_pb`).
+    O(keys)."""
+    return pb2.TraceQueryPackedRequest(
+        trace_id=trace_id,
+        instance_id=instance_id,
+        block_keys=_ints(block_keys),
+        key_counts=_ints(key_counts),
+        input_token_lens=_ints(input_token_lens),
+        timestamps_ns=_ints(timestamps_ns),
+    )
+
+
+def packed_result_to_pb(result: PackedQueryResult, trace_id: str) -> pb2.TraceQueryPackedResponse:
+    """A packed batch's answers on the wire (hits row-major, query by query). O(queries x
+    slots)."""
+    best = result.max_hit_blocks
+    return pb2.TraceQueryPackedResponse(
+        header={"status": _OK_STATUS, "request_id": trace_id} if trace_id else _OK_HEADER,
+        block_size=result.block_size_tokens,
+        capacity_gb=result.capacity_gb,
+        total_blocks=result.total_blocks.tolist(),
+        input_token_lens=result.input_token_lens.tolist(),
+        cache_hit_counts=result.hit_blocks.ravel().tolist(),
+        max_hit_counts=best.tolist() if best is not None else (),
+        current_unique_keys=result.unique_blocks.tolist(),
+    )
+
+
+def packed_error_to_pb(trace_id: str, code: int, message: str) -> pb2.TraceQueryPackedResponse:
+    """A refused packed batch: only the header (nothing was applied)."""
+    return pb2.TraceQueryPackedResponse(
+        header=trace_error_fields(trace_id, code, message)["header"]
+    )
+
+
+def packed_result_from_pb(msg: pb2.TraceQueryPackedResponse) -> PackedQueryResult:
+    """The client's side of :func:`packed_result_to_pb`; raises the header's error.
+    O(queries x slots)."""
+    raise_for_header(msg)
+    slots = len(msg.capacity_gb)
+    total = np.array(msg.total_blocks, np.int64)
+    return PackedQueryResult(
+        block_size_tokens=msg.block_size,
+        capacity_gb=tuple(msg.capacity_gb),
+        total_blocks=total,
+        input_token_lens=np.array(msg.input_token_lens, np.int64),
+        hit_blocks=np.array(msg.cache_hit_counts, np.int64).reshape(len(total), slots),
+        max_hit_blocks=np.array(msg.max_hit_counts, np.int64) if len(msg.max_hit_counts) else None,
+        unique_blocks=np.array(msg.current_unique_keys, np.int64),
+    )
+
+
+def _ints(values: Sequence[int] | np.ndarray) -> list[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 # --------------------------------------------------------------------------------------------

@@ -109,6 +109,7 @@ def test_package_and_service_methods():
         "ResetStats",
         "TraceQueryStream",
         "GetHitRateCurve",
+        "TraceQueryPackedStream",
     }
     stream = methods["TraceQueryStream"]
     assert stream.client_streaming and stream.server_streaming

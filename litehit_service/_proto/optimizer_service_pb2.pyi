@@ -303,6 +303,42 @@ class TraceQueryBatchResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[TraceQueryResponse]
     def __init__(self, results: _Optional[_Iterable[_Union[TraceQueryResponse, _Mapping]]] = ...) -> None: ...
 
+class TraceQueryPackedRequest(_message.Message):
+    __slots__ = ("trace_id", "instance_id", "block_keys", "key_counts", "input_token_lens", "timestamps_ns")
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_KEYS_FIELD_NUMBER: _ClassVar[int]
+    KEY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKEN_LENS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPS_NS_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    instance_id: str
+    block_keys: _containers.RepeatedScalarFieldContainer[int]
+    key_counts: _containers.RepeatedScalarFieldContainer[int]
+    input_token_lens: _containers.RepeatedScalarFieldContainer[int]
+    timestamps_ns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, trace_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., block_keys: _Optional[_Iterable[int]] = ..., key_counts: _Optional[_Iterable[int]] = ..., input_token_lens: _Optional[_Iterable[int]] = ..., timestamps_ns: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TraceQueryPackedResponse(_message.Message):
+    __slots__ = ("header", "block_size", "capacity_gb", "total_blocks", "input_token_lens", "cache_hit_counts", "max_hit_counts", "current_unique_keys")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_GB_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKEN_LENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HIT_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_HIT_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_UNIQUE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    header: CommonResponseHeader
+    block_size: int
+    capacity_gb: _containers.RepeatedScalarFieldContainer[float]
+    total_blocks: _containers.RepeatedScalarFieldContainer[int]
+    input_token_lens: _containers.RepeatedScalarFieldContainer[int]
+    cache_hit_counts: _containers.RepeatedScalarFieldContainer[int]
+    max_hit_counts: _containers.RepeatedScalarFieldContainer[int]
+    current_unique_keys: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[CommonResponseHeader, _Mapping]] = ..., block_size: _Optional[int] = ..., capacity_gb: _Optional[_Iterable[float]] = ..., total_blocks: _Optional[_Iterable[int]] = ..., input_token_lens: _Optional[_Iterable[int]] = ..., cache_hit_counts: _Optional[_Iterable[int]] = ..., max_hit_counts: _Optional[_Iterable[int]] = ..., current_unique_keys: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class OptimizerListInstancesRequest(_message.Message):
     __slots__ = ("trace_id", "instance_group")
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]

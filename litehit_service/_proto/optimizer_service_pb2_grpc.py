@@ -107,6 +107,11 @@ class OptimizerServiceStub:
                 request_serializer=optimizer__service__pb2.TraceQueryBatchRequest.SerializeToString,
                 response_deserializer=optimizer__service__pb2.TraceQueryBatchResponse.FromString,
                 _registered_method=True)
+        self.TraceQueryPackedStream = channel.stream_stream(
+                '/kv_cache_manager.proto.optimizer.OptimizerService/TraceQueryPackedStream',
+                request_serializer=optimizer__service__pb2.TraceQueryPackedRequest.SerializeToString,
+                response_deserializer=optimizer__service__pb2.TraceQueryPackedResponse.FromString,
+                _registered_method=True)
 
 
 class OptimizerServiceServicer:
@@ -199,6 +204,14 @@ class OptimizerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TraceQueryPackedStream(self, request_iterator, context):
+        """LiteHit extension: the fast stream for gateways: one packed batch of one instance in, one
+        packed answer out, in order; each batch is applied whole or not at all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OptimizerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -266,6 +279,11 @@ def add_OptimizerServiceServicer_to_server(servicer, server):
                     servicer.TraceQueryStream,
                     request_deserializer=optimizer__service__pb2.TraceQueryBatchRequest.FromString,
                     response_serializer=optimizer__service__pb2.TraceQueryBatchResponse.SerializeToString,
+            ),
+            'TraceQueryPackedStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.TraceQueryPackedStream,
+                    request_deserializer=optimizer__service__pb2.TraceQueryPackedRequest.FromString,
+                    response_serializer=optimizer__service__pb2.TraceQueryPackedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -625,6 +643,33 @@ class OptimizerService:
             '/kv_cache_manager.proto.optimizer.OptimizerService/TraceQueryStream',
             optimizer__service__pb2.TraceQueryBatchRequest.SerializeToString,
             optimizer__service__pb2.TraceQueryBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TraceQueryPackedStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kv_cache_manager.proto.optimizer.OptimizerService/TraceQueryPackedStream',
+            optimizer__service__pb2.TraceQueryPackedRequest.SerializeToString,
+            optimizer__service__pb2.TraceQueryPackedResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from litehit_core.engine import LRU_ENGINES
 from litehit_service.access import read_token
 from litehit_service.addresses import parse_address
 from litehit_service.commands import UsageError
@@ -44,6 +45,12 @@ def _positive_float(text: str) -> float:
 def _log_format(text: str) -> str:
     if text not in ("text", "json"):
         raise ValueError("must be text or json")
+    return text
+
+
+def _engine(text: str) -> str:
+    if text not in LRU_ENGINES:
+        raise ValueError(f"must be one of {', '.join(LRU_ENGINES)}")
     return text
 
 
@@ -122,6 +129,10 @@ _OPTIONS = (
     _Option("--grace-seconds", "LITEHIT_GRACE_SECONDS", 10.0, _non_negative_float,
             "on SIGTERM/SIGINT, time streams and calls get to finish; the process exits "
             "within this + 5 s", "SECONDS"),
+    _Option("--engine", "LITEHIT_ENGINE", "compact", _engine,
+            "full-attention engine: compact (compiled arrays, ~25 bytes per tracked block, "
+            "batches of TraceQueryPackedStream in one call) or python (the interpreter "
+            "engine, ~95 bytes per block); the same answers and snapshots", "NAME"),
     _Option("--log-format", "LITEHIT_LOG_FORMAT", "text", _log_format,
             "text, or json (one object per line, for log shippers)", "FORMAT"),
 )  # fmt: skip
@@ -207,5 +218,6 @@ def run(args: argparse.Namespace) -> int:
         snapshot_interval_seconds=values["snapshot_interval_seconds"],
         grace_seconds=values["grace_seconds"],
         curve_grid_points=values["curve_grid_points"],
+        engine=values["engine"],
     )
     return serve(config)
