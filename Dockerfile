@@ -34,7 +34,7 @@ COPY --from=builder /wheels/ /tmp/wheels/
 # container neither compiles at start (2-3 s) nor needs a writable site-packages.
 RUN pip install /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels \
- && python -c "from litehit_core.hybrid import warm_up; warm_up()" \
+ && python -c "from litehit_core import compact_lite_hit, hybrid; hybrid.warm_up(); compact_lite_hit.warm_up()" \
  && chown -R litehit:litehit /home/litehit/.cache
 
 USER litehit

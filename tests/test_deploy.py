@@ -153,7 +153,8 @@ def test_dockerfile_is_multi_stage_wheel_build_with_non_root_runtime() -> None:
     assert ("COPY", "--from=builder /wheels/ /tmp/wheels/") in ins
     (install,) = [r for r in runs if r.startswith("pip install /tmp/wheels/*.whl")]
     # the numba kernels are compiled at build time into the runtime user's cache
-    assert 'python -c "from litehit_core.hybrid import warm_up; warm_up()"' in install
+    warm = "from litehit_core import compact_lite_hit, hybrid; hybrid.warm_up(); "
+    assert f'python -c "{warm}compact_lite_hit.warm_up()"' in install
     assert "chown -R litehit:litehit /home/litehit/.cache" in install
     envs = " ".join(rest for kw, rest in ins if kw == "ENV")
     assert "NUMBA_CACHE_DIR=/home/litehit/.cache/numba" in envs
