@@ -57,10 +57,11 @@ REG = InstanceRegistration(
 )
 
 
-def start_server(data_dir: str) -> tuple[subprocess.Popen, str]:
+def start_server(data_dir: str, extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``litehit serve`` on ephemeral ports (plus ``extra`` options); (process, address)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "litehit_service", "serve", "--listen", "127.0.0.1:0",
-         "--metrics-listen", "127.0.0.1:0", "--data-dir", data_dir],
+         "--metrics-listen", "127.0.0.1:0", "--data-dir", data_dir, *(extra or [])],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     line = proc.stdout.readline()
