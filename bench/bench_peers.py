@@ -9,8 +9,9 @@ the trace's block accesses, flattened in LiteHit's tail-first touch order, from 
 oracleGeneral binary file (24 bytes per access, written once) at one capacity
 (``--capacity``, default 17,089 blocks: 10 % of the unique blocks): its own C loop
 (``process_trace``), reader included. LiteHit's side is ``LiteHit.process_request`` over
-every request (one fact per request: every capacity at once; the numba ``BlockLRU`` batch
-loop in both touch orders is shown beside it). Process CPU time, best and median of N,
+every request (one fact per request: every capacity at once); beside it the compact
+engine (``CompactLiteHit``: the same facts) one call per request and one batch call, and the
+numba ``BlockLRU`` batch loop in both touch orders. Process CPU time, best and median of N,
 the sides taking turns run by run. Target (issue 14): LiteHit / libCacheSim <= 1.0.
 Without libcachesim installed its side is skipped with a message.
 """
@@ -32,6 +33,7 @@ from _trace import DEFAULT_TRACE, interleaved, load_mooncake, show  # noqa: E402
 
 from litehit_core import LiteHit  # noqa: E402
 from litehit_core.block_lru import BlockLRU  # noqa: E402
+from litehit_core.compact_lite_hit import CompactLiteHit  # noqa: E402
 
 
 def write_oracle_general(keys: np.ndarray, path: Path) -> None:
@@ -66,7 +68,21 @@ def main(argv: list[str] | None = None) -> int:
         for keys in keys_lists:
             process(keys)
 
-    sides: dict[str, Callable[[], Any]] = {"LiteHit, every capacity (lite_hit.py)": litehit_pass}
+    def compact_pass() -> None:
+        engine = CompactLiteHit()
+        process = engine.process_request
+        for keys in keys_lists:
+            process(keys)
+
+    times_ns = np.zeros(len(keys_lists), np.int64)
+    sides: dict[str, Callable[[], Any]] = {
+        "LiteHit, every capacity (lite_hit.py)": litehit_pass,
+        "CompactLiteHit per request, every capacity": compact_pass,
+        "CompactLiteHit batch, every capacity": lambda: CompactLiteHit().process_batch(
+            flat, offsets, times_ns
+        ),
+    }
+    compact_pass()  # load the compiled kernels
     for order in ("tail-first", "head-first"):
         sides[f"BlockLRU batch {order}, every capacity"] = lambda order=order: BlockLRU(
             order

@@ -24,10 +24,12 @@ Layout (U = position space, L = tracked blocks, S = table slots):
 A lower boundary (``pexp``) expires blocks (TTL: access times grow with positions, kept per
 request as epochs) and drops the least recent beyond ``max_tracked_blocks``; keys below it
 stay in the table until the next rebuild and read as absent. When the position space is
-used up the live markers are renumbered 0..L-1 in place (compaction, O(U)) and the table is
-rebuilt from them (its old array freed first), then the space is resized to twice what is
-needed (``ndarray.resize``: realloc, no second copy). So U <= 2(L + n) + slack and peak
-memory is ~16 (kbp) + 6-12 (table) + 0.2 (bits, tree) bytes per tracked block.
+used up the live markers are renumbered 0..L-1 in place (compaction, O(U)) and the table
+entries are rewritten to the new positions in one sequential pass (or, when keys below the
+boundary linger in it, the table is rebuilt from the live positions, its old array freed
+first), then the space is resized to twice what is needed (``ndarray.resize``: realloc, no
+second copy). So U <= 2(L + n) + slack and peak memory is ~16 (kbp) + 6-12 (table) + 0.2
+(bits, tree) bytes per tracked block.
 
 Costs per request of n blocks: O(n) probes, O(runs * log U) for the depths (a rank only at
 a break of consecutive positions, as in LiteHit), O(n log U) Fenwick updates for the blocks
@@ -331,6 +333,28 @@ def _compact(meta, kbp, dead, ep_pos, ep_time) -> None:
 
 
 @njit(cache=True, nogil=True)
+def _remap(meta, tv, dead) -> None:
+    """Rewrite every table entry to the position :func:`_compact` will give it (``p -
+    dead markers before p``), in place: the slots stay where they are. Only for a table
+    that holds no key below the boundary (the boundary at 0, an entry per live key). One
+    sequential pass over the table plus O(U / 64) for the dead counts per word; far
+    cheaper than re-inserting every key at random slots."""
+    words = dead.shape[0]
+    before = np.empty(words, np.int64)  # dead markers before each word
+    total = np.int64(0)
+    for w in range(words):
+        before[w] = total
+        total += _popcount(dead[w])
+    for i in range(tv.shape[0]):
+        v = np.int64(tv[i])
+        if v:
+            p = v - 1
+            w = p >> 6
+            low = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
+            tv[i] = np.uint32(p - before[w] - _popcount(dead[w] & low) + 1)
+
+
+@njit(cache=True, nogil=True)
 def _fill(meta, tv, kbp, dead) -> np.int64:
     """Insert every live position at or above the boundary into the empty table ``tv``;
     returns how many keys were already there (duplicates, left out). O(U)."""
@@ -554,9 +578,14 @@ class CompactLiteHit:
             self._ep_time = np.concatenate((self._ep_time, np.zeros(nep, np.int64)))
 
     def _compact(self, n: int) -> None:
-        """Renumber live markers to 0..L-1, size the space to 2(L + n) + slack and rebuild
-        the table. O(U)."""
+        """Renumber live markers to 0..L-1 and size the space to 2(L + n) + slack. The
+        table is remapped in place when it holds exactly the live keys (no TTL or limit has
+        moved the boundary: every unbounded engine), else rebuilt, and rebuilt larger when
+        ``n`` more keys would pass its load. O(U + S)."""
         meta = self._meta
+        remapped = meta[_PEXP] == 0 and meta[_ENTRIES] == meta[_LIVE]
+        if remapped:
+            _remap(meta, self._tv, self._dead)
         _compact(meta, self._kbp, self._dead, self._ep_pos, self._ep_time)
         need = int(meta[_T]) + n
         if need > _MAX_POSITIONS // 2:
@@ -569,7 +598,8 @@ class CompactLiteHit:
         else:
             self._dead.fill(0)
             self._fen.fill(0)
-        self._rebuild(need)
+        if not remapped or need * _MAX_LOAD_DEN > self._tv.shape[0] * _MAX_LOAD_NUM:
+            self._rebuild(need)
 
     def _rebuild(self, entries: int) -> None:
         """A fresh table for ``entries`` keys (load <= 0.5) filled from the live positions;
