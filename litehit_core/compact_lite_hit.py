@@ -49,7 +49,7 @@ from numba import njit
 from litehit_core.errors import InvalidRequestError
 from litehit_core.hybrid import _fen_add, _fen_prefix, _slot
 from litehit_core.lite_hit import _MODEL, _validated_arrays
-from litehit_core.model import HitCurveSegment, RequestFact
+from litehit_core.model import HitCurveSegment, RequestFact, check_lru_parameters
 from litehit_core.state import EngineState
 
 __all__ = ["BatchFacts", "CompactLiteHit", "warm_up"]
@@ -426,12 +426,7 @@ class CompactLiteHit:
                  "_slots", "_seg_start", "_seg_len")  # fmt: skip
 
     def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
-        if ttl_ns < 0:
-            raise InvalidRequestError(f"ttl_ns must not be negative, got {ttl_ns}")
-        if max_tracked_blocks < 0:
-            raise InvalidRequestError(
-                f"max_tracked_blocks must not be negative, got {max_tracked_blocks}"
-            )
+        check_lru_parameters(ttl_ns, max_tracked_blocks)
         self._meta = np.zeros(_META, np.int64)
         self._meta[_TTL] = ttl_ns
         self._meta[_LIMIT] = max_tracked_blocks

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lite_hit import LiteHit
-from litehit_core.model import FACT_MODELS, FactModel, RequestFact
+from litehit_core.model import FACT_MODELS, FactModel, RequestFact, check_lru_parameters
 from litehit_core.state import EngineState
 
 if TYPE_CHECKING:
@@ -199,12 +199,7 @@ def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayE
     model, a negative parameter, a state of another model or an inconsistent state (the
     message names the field and value)."""
     description = spec.description
-    if spec.ttl_ns < 0:
-        raise InvalidRequestError(f"ttl_ns must not be negative, got {spec.ttl_ns}")
-    if spec.max_tracked_blocks < 0:
-        raise InvalidRequestError(
-            f"max_tracked_blocks must not be negative, got {spec.max_tracked_blocks}"
-        )
+    check_lru_parameters(spec.ttl_ns, spec.max_tracked_blocks)
     if spec.lru_engine not in LRU_ENGINES:
         raise InvalidRequestError(
             f"lru_engine must be one of {list(LRU_ENGINES)}, got {spec.lru_engine!r}"

@@ -61,7 +61,12 @@ from operator import add, eq
 
 import numpy as np
 
-from litehit_core.model import HitCurveSegment, InvalidRequestError, RequestFact
+from litehit_core.model import (
+    HitCurveSegment,
+    InvalidRequestError,
+    RequestFact,
+    check_lru_parameters,
+)
 from litehit_core.state import STATE_FORMAT_VERSION, EngineState
 
 _SHIFT = 12  # bucket = 4096 positions (one Python int bit mask each); chosen by measurement
@@ -112,12 +117,7 @@ class LiteHit:
     )
 
     def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
-        if ttl_ns < 0:
-            raise InvalidRequestError(f"ttl_ns must not be negative, got {ttl_ns}")
-        if max_tracked_blocks < 0:
-            raise InvalidRequestError(
-                f"max_tracked_blocks must not be negative, got {max_tracked_blocks}"
-            )
+        check_lru_parameters(ttl_ns, max_tracked_blocks)
         self._ttl = int(ttl_ns)
         self._limit = int(max_tracked_blocks)
         self._bounded = bool(self._ttl or self._limit)

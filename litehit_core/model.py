@@ -105,3 +105,15 @@ def touch_order_model(touch_order: str) -> str:
 
 MAX_OBJECT_BYTES = 1 << 40
 """Largest charge of one Full block or Linear state (1 TiB): byte sums stay within int64."""
+
+
+def check_lru_parameters(ttl_ns: int, max_tracked_blocks: int) -> None:
+    """The one check of an LRU engine's parameters (both implementations and
+    :func:`~litehit_core.engine.create_engine`): InvalidRequestError naming a negative one.
+    O(1)."""
+    if ttl_ns < 0:
+        raise InvalidRequestError(f"ttl_ns must not be negative, got {ttl_ns}")
+    if max_tracked_blocks < 0:
+        raise InvalidRequestError(
+            f"max_tracked_blocks must not be negative, got {max_tracked_blocks}"
+        )

@@ -168,6 +168,18 @@ class InstanceState:
         self.total_max_hits = 0
         self.set_curve(self.new_curve())
 
+    def count(self, hits: Sequence[int], best: int, queries: int, blocks: int, tokens: int) -> None:
+        """Add queries to the counters (call with ``lock`` held): hit blocks per slot,
+        hit blocks at infinite capacity (kept only with the theoretical maximum on),
+        queries, blocks and tokens. O(slots)."""
+        totals = self.total_hits
+        totals[:] = map(add, totals, hits)
+        if self.theoretical_enabled:
+            self.total_max_hits += best
+        self.total_queries += queries
+        self.total_blocks_queried += blocks
+        self.total_input_tokens += tokens
+
     def set_curve(self, curve: InstanceCurve) -> None:
         """Make ``curve`` the live curve (its add bound for the query path). O(1)."""
         self.curve = curve
@@ -567,7 +579,7 @@ class OnlineOptimizerManager:
                 totals, uniques = facts.totals, facts.uniques
                 state.curve.accumulator.add_ramps(starts, runs)
             else:
-                totals, uniques, best, rows = (np.zeros(n, np.int64) for _ in range(4))
+                totals, uniques, best = (np.zeros(n, np.int64) for _ in range(3))
                 hit_rows = []
                 projection = state.projection
                 flat = keys.tolist()
@@ -581,12 +593,8 @@ class OnlineOptimizerManager:
                 hits = np.array(hit_rows, np.int64).reshape(n, len(state.slot_units))
             if n:
                 state.clock_ns = int(now[-1])
-            state.total_hits[:] = map(add, state.total_hits, hits.sum(axis=0).tolist())
-            if state.theoretical_enabled:
-                state.total_max_hits += int(best.sum())
-            state.total_queries += n
-            state.total_blocks_queried += int(totals.sum())
-            state.total_input_tokens += int(tokens.sum())
+            per_slot = hits.sum(axis=0).tolist()
+            state.count(per_slot, int(best.sum()), n, int(totals.sum()), int(tokens.sum()))
         return PackedQueryResult(
             block_size_tokens=state.block_size,
             capacity_gb=state.capacity_gb,
@@ -748,14 +756,8 @@ class OnlineOptimizerManager:
             unique = engine.current_unique_blocks()
             hits = tuple(projection.slots(fact, state.slot_units))
             resident = engine.resident_blocks(state.slot_units) if answer else ()
-            totals = state.total_hits
-            totals[:] = map(add, totals, hits)
             best = projection.infinite(fact)
-            if state.theoretical_enabled:
-                state.total_max_hits += best
-            state.total_queries += 1
-            state.total_blocks_queried += fact.total_blocks
-            state.total_input_tokens += tokens
+            state.count(hits, best, 1, fact.total_blocks, tokens)
             state.add_to_curve(fact.hit_curve)
         return fact, hits, unique, best, resident
 

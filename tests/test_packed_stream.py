@@ -242,3 +242,25 @@ def test_packed_stream_over_a_real_server(tmp_path: Path):
                 list(client.stream_packed([bad]))
     finally:
         live.stop()
+
+
+def test_every_streaming_method_has_a_stream_kind(monkeypatch):
+    """Walks the service descriptor: the transport knows how to drive every streaming
+    method, and refuses to serve one it does not know (deny by default)."""
+    from litehit_service import transport
+    from litehit_service.servicer import OptimizerServicer
+
+    service = pb2.FILE_DESCRIPTOR.services_by_name["OptimizerService"]
+    streaming = {m.name for m in service.methods if m.client_streaming or m.server_streaming}
+    assert streaming == set(transport.STREAM_KINDS)
+    for kind in transport.STREAM_KINDS.values():
+        assert callable(getattr(OptimizerServicer, kind.answer))
+    m = manager("compact")
+    t = transport.Transport(
+        OptimizerServicer(m), None, lambda iid: True,  # type: ignore[arg-type]
+        tokens=transport.TokenCheck(None, None), max_streams=1, stream_idle_seconds=1.0,
+    )  # fmt: skip
+    assert t.generic_handler() is not None
+    monkeypatch.delitem(transport.STREAM_KINDS, "TraceQueryPackedStream")
+    with pytest.raises(ValueError, match="streaming method TraceQueryPackedStream has no"):
+        t.generic_handler()
