@@ -415,10 +415,14 @@ class ServiceCollector(Collector):
                 "litehit_snapshot_restored_instances",
                 "Instances restored from their snapshot at start-up.",
             ),
-            GaugeMetricFamily("litehit_active_streams", "Open TraceQueryStream calls."),
+            GaugeMetricFamily(
+                "litehit_active_streams",
+                "Open TraceQueryStream and TraceQueryPackedStream calls.",
+            ),
             CounterMetricFamily(
                 "litehit_streams_rejected",
-                "TraceQueryStream calls refused past --max-streams (RESOURCE_EXHAUSTED).",
+                "Stream calls (TraceQueryStream, TraceQueryPackedStream) refused past "
+                "--max-streams (RESOURCE_EXHAUSTED).",
             ),
             CounterMetricFamily(
                 "litehit_streams_idle_closed",

@@ -1,8 +1,8 @@
 """The query semantics policy: one set of rules for online queries and offline replay.
 
-Every query, whether a gateway sent it (TraceQuery, TraceQueryStream) or a trace line
-carried it (``litehit replay``), goes through the same manager code under a
-:class:`QueryPolicy`. The rules, in the order they apply:
+Every query, whether a gateway sent it (TraceQuery, TraceQueryStream,
+TraceQueryPackedStream) or a trace line carried it (``litehit replay``), goes through the
+same manager code under a :class:`QueryPolicy`. The rules, in the order they apply:
 
 1. The instance must be registered (INSTANCE_NOT_EXIST).
 2. ``input_token_len``, ``token_ids_len`` and ``timestamp_ns`` must not be negative.

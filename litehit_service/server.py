@@ -55,7 +55,8 @@ class ServerOptions:
     """Transport limits and security of one server.
 
     ``max_message_bytes`` bounds every message both ways (larger: RESOURCE_EXHAUSTED);
-    ``max_streams`` concurrent TraceQueryStream calls; ``stream_idle_seconds`` before a
+    ``max_streams`` concurrent stream calls (TraceQueryStream, TraceQueryPackedStream);
+    ``stream_idle_seconds`` before a
     silent stream is ended; ``admin_token`` / ``query_token`` guard admin and query RPCs
     (:mod:`litehit_service.access`); ``tls_cert`` / ``tls_key`` (PEM files, both or
     neither) enable TLS; ``worker_threads`` run the servicer's work.

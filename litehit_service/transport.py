@@ -12,7 +12,8 @@ guarded by :mod:`litehit_service.access`, without editing any list). For each ca
    or an instance lock). Queries on one instance are serialised by an asyncio gate per
    instance, so a batch waiting for a busy instance (e.g. one being snapshotted) holds no
    thread and never delays other instances.
-4. **Streams**: at most ``max_streams`` TraceQueryStream calls at once (one more:
+4. **Streams**: at most ``max_streams`` stream calls at once, of every kind in
+   :data:`STREAM_KINDS` (one more:
    RESOURCE_EXHAUSTED naming the limit); a stream that sends nothing for
    ``stream_idle_seconds`` is ended (DEADLINE_EXCEEDED). Batches of one stream are applied
    in order, one at a time.
