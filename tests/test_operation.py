@@ -491,13 +491,16 @@ def _twin_trace(n: int, ttl: int) -> list[pb2.TraceQueryRequest]:
 
 
 @pytest.mark.parametrize("ttl", [0, 7])
-@pytest.mark.parametrize("model", ["full", "hybrid"])
+@pytest.mark.parametrize("model", ["full", "hybrid", "full-engine-switch"])
 def test_restart_twins_give_equal_answers_and_lists(tmp_path: Path, ttl: int, model: str) -> None:
-    """Two servers fed the same trace; one is stopped and restarted halfway."""
+    """Two servers fed the same trace; one is stopped and restarted halfway (with
+    ``full-engine-switch``: restarted on the python engine, loading the compact engine's
+    snapshot)."""
     trace = _twin_trace(400, ttl)
     plain = ServeProcess("--data-dir", str(tmp_path / "plain"))
     twin = ServeProcess("--data-dir", str(tmp_path / "twin"))
-    registration = reg() if model == "full" else _hybrid_reg()
+    registration = _hybrid_reg() if model == "hybrid" else reg()
+    restart = ["--engine", "python"] if model == "full-engine-switch" else []
     try:
         for s in (plain, twin):
             with OptimizerClient(s.grpc) as c:
@@ -509,7 +512,7 @@ def test_restart_twins_give_equal_answers_and_lists(tmp_path: Path, ttl: int, mo
         with OptimizerClient(twin.grpc) as c:
             first = [r.SerializeToString() for r in c.stream_trace_queries(trace[:200])]
         assert twin.terminate() == 0
-        twin = ServeProcess("--data-dir", str(tmp_path / "twin"))
+        twin = ServeProcess("--data-dir", str(tmp_path / "twin"), *restart)
         with OptimizerClient(twin.grpc) as c:
             rest = [r.SerializeToString() for r in c.stream_trace_queries(trace[200:])]
             got_list = _comparable(c.list_instances())
