@@ -317,6 +317,17 @@ class ManagerLimits:
         return cls(max_instances=max_instances, max_tracked_blocks=max_tracked_blocks)
 
 
+class BatchQueryError(Exception):
+    """Request ``index`` of a batch (:meth:`OnlineOptimizerManager.record_batch`) failed
+    with ``error``, the exception the one-request path raises for it; nothing of the
+    batch was applied."""
+
+    def __init__(self, index: int, error: OptimizerError) -> None:
+        super().__init__(f"request {index} of the batch: {error}")
+        self.index = index
+        self.error = error
+
+
 class OnlineOptimizerManager:
     """Groups, registrations and live hit-rate tracking for many instances.
 
@@ -566,35 +577,9 @@ class OnlineOptimizerManager:
         keys, offsets, tokens, stamps = self._prepare_packed(
             state, block_keys, key_counts, input_token_lens, timestamps_ns
         )
-        n = len(tokens)
         with state.lock:
             now = self._advance_packed(state, stamps)
-            engine = state.engine
-            if state.spec.model == "lru" and state.spec.lru_engine == "compact":
-                facts = engine.process_batch(keys, offsets, now)  # type: ignore[attr-defined]
-                used = int(facts.seg_offsets[-1])
-                starts, runs = facts.seg_start[:used], facts.seg_len[:used]
-                hits = project_segments(starts, runs, facts.seg_offsets, state.slot_units)
-                best = segment_sums(runs, facts.seg_offsets)
-                totals, uniques = facts.totals, facts.uniques
-                state.curve.accumulator.add_ramps(starts, runs)
-            else:
-                totals, uniques, best = (np.zeros(n, np.int64) for _ in range(3))
-                hit_rows = []
-                projection = state.projection
-                flat = keys.tolist()
-                for i in range(n):
-                    fact = engine.process_request(flat[offsets[i] : offsets[i + 1]], int(now[i]))
-                    hit_rows.append(projection.slots(fact, state.slot_units))
-                    best[i] = projection.infinite(fact)
-                    totals[i] = fact.total_blocks
-                    uniques[i] = engine.current_unique_blocks()
-                    state.add_to_curve(fact.hit_curve)
-                hits = np.array(hit_rows, np.int64).reshape(n, len(state.slot_units))
-            if n:
-                state.clock_ns = int(now[-1])
-            per_slot = hits.sum(axis=0).tolist()
-            state.count(per_slot, int(best.sum()), n, int(totals.sum()), int(tokens.sum()))
+            hits, best, totals, uniques, _ = self._replay_packed(state, keys, offsets, tokens, now)
         return PackedQueryResult(
             block_size_tokens=state.block_size,
             capacity_gb=state.capacity_gb,
@@ -604,6 +589,109 @@ class OnlineOptimizerManager:
             max_hit_blocks=best if state.theoretical_enabled else None,
             unique_blocks=uniques,
         )
+
+    def record_batch(
+        self, instance_id: str, requests: Sequence[tuple[Sequence[int], int, int]]
+    ) -> tuple[list[RequestFact], list[int]]:
+        """:meth:`record_query` for many requests of one instance (``(block_keys,
+        input_token_len, timestamp_ns)`` each, in order): the same facts, token
+        denominators, state and counters, with the replay of a compact full-attention
+        engine done in one compiled call. Each request is validated by the same scalar
+        rules as :meth:`record_query`; the first that fails raises :class:`BatchQueryError`
+        carrying its index and the very error ``record_query`` would raise, and then
+        nothing of the batch was applied. The offline replay's batch entry point.
+        O(keys + requests x slots)."""
+        state = self._instances.get(instance_id)
+        if state is None:
+            raise InstanceNotExist(f"instance_id {instance_id!r} is not registered")
+        n = len(requests)
+        offsets = np.zeros(n + 1, np.int64)
+        keys: list[int] = []
+        token_list: list[int] = []
+        stamp_list: list[int] = []
+        prepare = self._prepare
+        refused: BatchQueryError | None = None
+        for i, (block_keys, input_token_len, timestamp_ns) in enumerate(requests):
+            try:
+                _, normalized, tokens, stamp = prepare(
+                    instance_id, block_keys, input_token_len, 0, timestamp_ns
+                )
+            except OptimizerError as exc:
+                refused = BatchQueryError(i, exc)
+                break
+            keys += normalized
+            offsets[i + 1] = len(keys)
+            token_list.append(tokens)
+            stamp_list.append(stamp)
+        advance = self.policy.advance
+        with state.lock:
+            clock = state.clock_ns
+            now = []
+            for i, stamp in enumerate(stamp_list):  # rule 9 of the requests before a refusal
+                try:
+                    clock = advance(instance_id, clock, stamp)
+                except OptimizerError as exc:
+                    raise BatchQueryError(i, exc) from None
+                now.append(clock)
+            if refused is not None:
+                raise refused
+            _, _, _, _, facts = self._replay_packed(
+                state,
+                np.array(keys, np.int64),
+                offsets,
+                np.array(token_list, np.int64),
+                np.array(now, np.int64),
+                want_facts=True,
+            )
+        return facts, token_list
+
+    def _replay_packed(
+        self,
+        state: InstanceState,
+        keys: np.ndarray,
+        offsets: np.ndarray,
+        tokens: np.ndarray,
+        now: np.ndarray,
+        want_facts: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[RequestFact]]:
+        """Replay validated requests (``keys[offsets[i]:offsets[i + 1]]`` at ``now[i]``)
+        on ``state`` and add them to its counters, clock and live curve; call with its
+        lock held. Returns (hit blocks per request and slot, infinite-capacity hits,
+        blocks, unique blocks after each request, the facts when ``want_facts``). A
+        compact full-attention engine replays them in one compiled call and they are
+        projected as arrays; other engines one by one. O(keys + requests x slots)."""
+        n = len(tokens)
+        engine = state.engine
+        facts: list[RequestFact] = []
+        if state.spec.model == "lru" and state.spec.lru_engine == "compact":
+            batch = engine.process_batch(keys, offsets, now)  # type: ignore[attr-defined]
+            used = int(batch.seg_offsets[-1])
+            starts, runs = batch.seg_start[:used], batch.seg_len[:used]
+            hits = project_segments(starts, runs, batch.seg_offsets, state.slot_units)
+            best = segment_sums(runs, batch.seg_offsets)
+            totals, uniques = batch.totals, batch.uniques
+            state.curve.accumulator.add_ramps(starts, runs)
+            if want_facts:
+                facts = batch.facts()
+        else:
+            totals, uniques, best = (np.zeros(n, np.int64) for _ in range(3))
+            hit_rows = []
+            projection = state.projection
+            flat = keys.tolist()
+            for i in range(n):
+                fact = engine.process_request(flat[offsets[i] : offsets[i + 1]], int(now[i]))
+                hit_rows.append(projection.slots(fact, state.slot_units))
+                best[i] = projection.infinite(fact)
+                totals[i] = fact.total_blocks
+                uniques[i] = engine.current_unique_blocks()
+                state.add_to_curve(fact.hit_curve)
+                facts.append(fact)
+            hits = np.array(hit_rows, np.int64).reshape(n, len(state.slot_units))
+        if n:
+            state.clock_ns = int(now[-1])
+        per_slot = hits.sum(axis=0).tolist()
+        state.count(per_slot, int(best.sum()), n, int(totals.sum()), int(tokens.sum()))
+        return hits, best, totals, uniques, facts
 
     def _prepare_packed(
         self,

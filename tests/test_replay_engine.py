@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_manager import make_reg, new_manager
 from test_ray_executor import HAVE_RAY, random_trace
-from test_replay import cli, group, instance, setup
+from test_replay import FAIL_CASES, assert_nothing_published, cli, ev, group, instance, setup
 
 from litehit_core.compact_lite_hit import CompactLiteHit
 from litehit_core.lite_hit import LiteHit
@@ -106,3 +106,67 @@ def test_manager_engine_choice_and_snapshots_across_engines() -> None:
         manager.register_instance(make_reg("i"))
         assert manager.lru_engine == engine
         assert type(manager._instances["i"].engine) is cls
+
+
+@pytest.mark.parametrize("case", sorted(FAIL_CASES))
+def test_compact_engine_fails_like_the_one_by_one_loop(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The compact engine's batched replay reports the same first bad line and reason."""
+    lines, line_no, reason = FAIL_CASES[case]
+    cfg = setup(tmp_path, lines)
+    rc, err = cli(capsys, str(cfg), "--engine", "compact")
+    assert rc == 2
+    assert err == f"{tmp_path / 'trace.jsonl'}:{line_no}: {reason}\n"
+    assert_nothing_published(tmp_path)
+
+
+@pytest.mark.parametrize("first_bad", ["a", "b"])
+@pytest.mark.parametrize("routing", [{}, {"fanout_all_instances": True}])
+def test_the_earliest_bad_line_of_any_instance_wins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], first_bad: str, routing
+) -> None:
+    """Two instances, each with a bad request, in one parse batch: both engines stop at the
+    earlier of the two lines with its own reason."""
+    rng = random.Random(2)
+    lines = random_trace(rng, 300, ["a", "b"])
+    other = "b" if first_bad == "a" else "a"
+    lines[120] = ev(first_bad, 5, [1, 2], 8)  # backwards in time for that instance
+    lines[200] = ev(other, 10**18, [1, 2, 3], 5)  # 3 keys but 5 tokens: 1 block
+    cfg = setup(tmp_path, lines, [group("g")], [instance("a"), instance("b")], **routing)
+    errors = []
+    for engine in ("python", "compact"):
+        rc, err = cli(capsys, str(cfg), "--engine", engine)
+        assert rc == 2
+        errors.append(err)
+    assert errors[0] == errors[1]
+    assert errors[0].startswith(f"{tmp_path / 'trace.jsonl'}:121: ")
+    assert "goes backwards" in errors[0]
+    assert_nothing_published(tmp_path)
+
+
+def test_record_batch_equals_record_query_and_names_the_failing_request() -> None:
+    from litehit_service.manager import BatchQueryError
+
+    rng = random.Random(4)
+    for engine in ("python", "compact"):
+        batch, single = new_manager(lru_engine=engine), new_manager(lru_engine="python")
+        for m in (batch, single):
+            m.register_instance(make_reg("i"))
+        requests = []
+        t = 0
+        for _ in range(500):
+            keys = [rng.randrange(30) for _ in range(rng.randrange(6))]
+            t += rng.randrange(3)
+            requests.append((keys, 4 * len(keys) + rng.randrange(4), t))
+        facts, tokens = batch.record_batch("i", requests)
+        expected = [single.record_query("i", k, n, ts) for k, n, ts in requests]
+        assert facts == [f for f, _ in expected] and tokens == [n for _, n in expected]
+        assert batch.list_instances()[0].total_queries == 500
+        before = batch.list_instances()[0]
+        bad = [([1, 2], 8, t + 1), ([1, 2, 3], 5, t + 2)]
+        with pytest.raises(BatchQueryError) as caught:
+            batch.record_batch("i", bad)
+        assert caught.value.index == 1
+        assert "len(block_keys) is 3 but input_token_len 5" in str(caught.value.error)
+        assert batch.list_instances()[0] == before  # nothing of the batch was applied

@@ -49,7 +49,7 @@ from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedErr
 from litehit_core.engine import LRU_ENGINES
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.errors import OptimizerError
-from litehit_service.manager import OnlineOptimizerManager
+from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
 from litehit_service.offline.config import ReplayConfig, check_config
 from litehit_service.offline.outputs import run_line
@@ -543,17 +543,54 @@ def _drive(
     counts = [0, 0]
     rows: list[str] = []
     append = rows.append
+    batched = manager.lru_engine == "compact"
     for routed in _routed(batches, lanes, fixed, path, bar, counts):
-        for (line_no, _, _, tid, ts, keys, input_len), targets in routed:
-            for lane_id, line in targets:
-                try:
-                    fact, tokens = record(lane_id, keys, input_len, ts)
-                except OptimizerError as exc:
-                    raise LocatedError(path, line_no, str(exc)) from None
-                append(line(tid, ts, tokens, fact.hit_curve))
+        if batched:
+            _record_batches(manager, routed, path, append)
+        else:
+            for (line_no, _, _, tid, ts, keys, input_len), targets in routed:
+                for lane_id, line in targets:
+                    try:
+                        fact, tokens = record(lane_id, keys, input_len, ts)
+                    except OptimizerError as exc:
+                        raise LocatedError(path, line_no, str(exc)) from None
+                    append(line(tid, ts, tokens, fact.hit_curve))
         writer.write_lines(rows)
         rows.clear()
     return counts[0] - counts[1], counts[1]
+
+
+def _record_batches(
+    manager: OnlineOptimizerManager,
+    routed: list[tuple[_Event, tuple[_Lane, ...]]],
+    path: str,
+    append: Callable[[str], None],
+) -> None:
+    """One routed batch through :meth:`~OnlineOptimizerManager.record_batch`, one call per
+    instance (instances are independent, so grouping changes no fact), then its rows in
+    trace order. A failing request raises the LocatedError the one-by-one loop would: the
+    earliest failing line of any instance, with the same message. O(events)."""
+    per_lane: dict[str, list[_Event]] = {}
+    for event, targets in routed:
+        for lane_id, _ in targets:
+            per_lane.setdefault(lane_id, []).append(event)
+    answers: dict[str, tuple[Iterator[Any], Iterator[int]]] = {}
+    failure: tuple[int, str] | None = None
+    for lane_id, events in per_lane.items():
+        try:
+            facts, tokens = manager.record_batch(lane_id, [(e[5], e[6], e[4]) for e in events])
+        except BatchQueryError as exc:
+            line_no = events[exc.index][0]
+            if failure is None or line_no < failure[0]:
+                failure = (line_no, str(exc.error))
+            continue
+        answers[lane_id] = (iter(facts), iter(tokens))
+    if failure is not None:
+        raise LocatedError(path, failure[0], failure[1])
+    for (_, _, _, tid, ts, _, _), targets in routed:
+        for lane_id, line in targets:
+            facts_left, tokens_left = answers[lane_id]
+            append(line(tid, ts, next(tokens_left), next(facts_left).hit_curve))
 
 
 def _drive_lanes(
