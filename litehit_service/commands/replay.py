@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="full-attention engine: python (no numba start-up), compact (compiled arrays: "
         "~30 bytes per block, flat cost to tens of millions of blocks) or auto (compact for "
-        "traces of 64 MiB and more); the ledger is identical",
+        "traces of 16 MiB and more); the ledger is identical",
     )
     p.add_argument(
         "--quiet",

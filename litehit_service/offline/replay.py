@@ -26,8 +26,13 @@ in the calling process, so the ledger is byte-identical to a one-worker run. Nor
 (prefix chaining, re-blocking) stays in ``trace_query``: the manager chains keys with the
 group's ``enable_prefix_hash`` itself, so keys normalised elsewhere would be chained twice.
 
-Cost: O(trace bytes) parsing plus, per request and routed instance, one ``trace_query``
-(O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + LiteHit state).
+Cost: O(trace bytes) parsing plus, per request and routed instance, one ``record_query``
+(O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + engine
+state). With the compact engine (``engine``: ``"compact"``, or ``"auto"`` for a trace of
+:data:`AUTO_COMPACT_BYTES` or more) each parse batch goes to the manager's ``record_batch``
+once per instance: the same validation per request, one compiled replay for all of them
+(instances are independent, so grouping by instance changes no fact); the first failing
+request in trace order is reported exactly as the one-by-one loop reports it.
 """
 
 from __future__ import annotations
@@ -326,7 +331,7 @@ def _lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> It
 # --------------------------------------------------------------------------- replay
 
 
-AUTO_COMPACT_BYTES = 64 << 20
+AUTO_COMPACT_BYTES = 16 << 20
 """``engine="auto"`` replays traces of at least this many bytes with the compact engine."""
 REPLAY_ENGINES = ("auto", *LRU_ENGINES)
 
@@ -334,8 +339,9 @@ REPLAY_ENGINES = ("auto", *LRU_ENGINES)
 def lru_engine_for(engine: str, trace_path: str) -> str:
     """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"``
     ``"compact"`` when the trace file holds at least :data:`AUTO_COMPACT_BYTES` (its ~0.3 s
-    numba start-up pays back and its cost per request stays flat as blocks grow) and
-    ``"python"`` below (no numba import). ValueError naming the value for anything else."""
+    numba start-up pays back: the two tie near 12 MB of Mooncake trace, and its cost per
+    request stays flat as blocks grow) and ``"python"`` below (no numba import).
+    ValueError naming the value for anything else."""
     if engine not in REPLAY_ENGINES:
         raise ValueError(f"engine must be one of {list(REPLAY_ENGINES)}, got {engine!r}")
     if engine != "auto":
