@@ -170,3 +170,34 @@ def test_record_batch_equals_record_query_and_names_the_failing_request() -> Non
         assert caught.value.index == 1
         assert "len(block_keys) is 3 but input_token_len 5" in str(caught.value.error)
         assert batch.list_instances()[0] == before  # nothing of the batch was applied
+
+
+@pytest.mark.parametrize("bad_at", [None, 0, 13, 29])
+def test_compact_lanes_give_the_python_lanes_rows_and_error(
+    tmp_path: Path, monkeypatch, bad_at
+) -> None:
+    """A Ray lane's work (replay_lane, plain Python) on the compact engine, in chunks of 7
+    compiled replays: the same rows, first error and summary as the one-by-one lane."""
+    from litehit_service.offline import lanes
+
+    monkeypatch.setattr(lanes, "LANE_CHUNK", 7)
+    loaded = load_config(
+        setup(tmp_path, random_trace(random.Random(3), 5, ["a"]), [group("g")], [instance("a")])
+    )
+    spec = lanes.LaneSpec(loaded.block_size, loaded.instance_groups[0], loaded.instances[0],
+                          ("a", 4, 1024, None))  # fmt: skip
+    rng = random.Random(8)
+    requests = []
+    for i in range(40):
+        keys = [rng.randrange(12) for _ in range(rng.randrange(1, 5))]
+        keys = list(dict.fromkeys(keys))
+        tokens = 4 * len(keys) + (5 if i == bad_at else 1)  # 5 extra tokens: a bad count
+        requests.append((i, i + 1, f"t{i}", 100 + i, keys, tokens))
+    python = lanes.replay_lane(spec, requests)
+    compact = lanes.replay_lane(spec._replace(lru_engine="compact"), requests)
+    assert compact.rows == python.rows and compact.error == python.error
+    assert len(python.rows) == (40 if bad_at is None else bad_at)
+    assert (python.error is None) == (bad_at is None)
+    strip = [replace(s, debug_info=replace(s.debug_info, memory_usage_bytes=0))
+             for s in (python.summary, compact.summary)]  # fmt: skip
+    assert strip[0] == strip[1]

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from litehit_core import FactLineFormat, LocatedError
 from litehit_service.errors import OptimizerError
-from litehit_service.manager import OnlineOptimizerManager
+from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
 from litehit_service.policy import QueryPolicy
 
@@ -30,6 +30,10 @@ RAY_MISSING = "--executor ray needs Ray: pip install 'litehit[ray]' (or pip inst
 
 # (row index in the ledger, line_no, trace_id, timestamp_ns, keys, input_len)
 LaneRequest = tuple[int, int, str, int, Sequence[int], int]
+
+
+LANE_CHUNK = 4096
+"""Requests a compact-engine lane replays in one compiled call."""
 
 
 class LaneSpec(NamedTuple):
@@ -64,17 +68,31 @@ def replay_lane(spec: LaneSpec, requests: Sequence[LaneRequest]) -> LaneResult:
     manager.register_instance(spec.registration)
     instance_id = spec.line_format[0]
     line = FactLineFormat(*spec.line_format).line
-    record = manager.record_query
     rows: list[tuple[int, str]] = []
     append = rows.append
     error = None
-    for index, line_no, tid, ts, keys, input_len in requests:
-        try:
-            fact, tokens = record(instance_id, keys, input_len, ts)
-        except OptimizerError as exc:
-            error = (line_no, str(exc))
-            break
-        append((index, line(tid, ts, tokens, fact.hit_curve)))
+    if spec.lru_engine == "compact":  # one compiled replay per chunk, as the local drive
+        for start in range(0, len(requests), LANE_CHUNK):
+            chunk = requests[start : start + LANE_CHUNK]
+            try:
+                answers = manager.record_batch(instance_id, [(r[4], r[5], r[3]) for r in chunk])
+            except BatchQueryError as exc:  # the requests before it, then its error
+                chunk = chunk[: exc.index]
+                answers = manager.record_batch(instance_id, [(r[4], r[5], r[3]) for r in chunk])
+                error = (requests[start + exc.index][1], str(exc.error))
+            for (index, _, tid, ts, _, _), fact, tokens in zip(chunk, *answers):
+                append((index, line(tid, ts, tokens, fact.hit_curve)))
+            if error is not None:
+                break
+    else:
+        record = manager.record_query
+        for index, line_no, tid, ts, keys, input_len in requests:
+            try:
+                fact, tokens = record(instance_id, keys, input_len, ts)
+            except OptimizerError as exc:
+                error = (line_no, str(exc))
+                break
+            append((index, line(tid, ts, tokens, fact.hit_curve)))
     (summary,) = manager.list_instances()
     return LaneResult(rows, error, summary)
 
