@@ -24,10 +24,22 @@ needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip i
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """One local Ray for the module (run_lanes uses an initialised Ray as it is)."""
+    """One local Ray for the module (run_lanes uses an initialised Ray as it is).
+
+    Ray waits a fixed 30 s for its raylet; on this 2-core machine, with a fresh venv (its
+    worker processes compile Ray's modules first) or a loaded host, that start has timed
+    out ("The current node timed out during startup"). One more attempt after a clean
+    shutdown; a second failure fails the tests."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    def start() -> None:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+
+    try:
+        start()
+    except Exception:  # Ray raises a bare Exception for the raylet timeout
+        ray.shutdown()
+        start()
     yield
     ray.shutdown()
 
