@@ -264,3 +264,35 @@ def test_every_streaming_method_has_a_stream_kind(monkeypatch):
     monkeypatch.delitem(transport.STREAM_KINDS, "TraceQueryPackedStream")
     with pytest.raises(ValueError, match="streaming method TraceQueryPackedStream has no"):
         t.generic_handler()
+
+
+def test_packed_batches_of_a_hybrid_instance_answer_like_queries_one_by_one():
+    """Hybrid instances take the one-by-one path inside the batch: the same answers."""
+    from test_hybrid_service import hybrid_reg
+
+    from litehit_service.model import InstanceGroup
+
+    group = InstanceGroup("g", (4096 / 1024**3, 65536 / 1024**3), enable_theoretical_max_cache=True)
+    single, batched = OnlineOptimizerManager(), OnlineOptimizerManager(lru_engine="compact")
+    for m in (single, batched):
+        m.create_group(group)
+        m.register_instance(hybrid_reg())
+    rng = random.Random(6)
+    queries = []
+    for _ in range(300):
+        keys = [rng.randrange(40) for _ in range(rng.randrange(1, 9))]
+        queries.append((list(dict.fromkeys(keys)), 0, 0))
+    expected = []
+    for keys, _, _ in queries:
+        r = single.trace_query("h", keys, 4 * len(keys))
+        expected.append((r.hit_blocks, r.theoretical.max_hit_count))
+    got = []
+    for s in range(0, len(queries), 37):
+        result = batched.trace_query_packed("h", *packed(queries[s : s + 37]))
+        got += [
+            (tuple(result.hit_blocks[i].tolist()), int(result.max_hit_blocks[i]))
+            for i in range(result.queries)
+        ]
+    assert got == expected
+    a, b = single.list_instances()[0], batched.list_instances()[0]
+    assert replace(a, debug_info=None) == replace(b, debug_info=None)
