@@ -67,7 +67,7 @@ from litehit_service.model import (
     TheoreticalResult,
     TraceQueryResult,
 )
-from litehit_service.policy import QueryPolicy
+from litehit_service.policy import BatchQueryError, QueryPolicy
 from litehit_service.registry import Registry, group_to_dict, registration_to_dict
 from litehit_service.snapshots import SnapshotError, SnapshotStore
 
@@ -315,17 +315,6 @@ class ManagerLimits:
     ) -> ManagerLimits:
         """The service's limits (defaults: 1,024 instances, 8,388,608 blocks each)."""
         return cls(max_instances=max_instances, max_tracked_blocks=max_tracked_blocks)
-
-
-class BatchQueryError(Exception):
-    """Request ``index`` of a batch (:meth:`OnlineOptimizerManager.record_batch`) failed
-    with ``error``, the exception the one-request path raises for it; nothing of the
-    batch was applied."""
-
-    def __init__(self, index: int, error: OptimizerError) -> None:
-        super().__init__(f"request {index} of the batch: {error}")
-        self.index = index
-        self.error = error
 
 
 class OnlineOptimizerManager:
@@ -578,7 +567,10 @@ class OnlineOptimizerManager:
             state, block_keys, key_counts, input_token_lens, timestamps_ns
         )
         with state.lock:
-            now = self._advance_packed(state, stamps)
+            try:
+                now = self.policy.advance_many(instance_id, state.clock_ns, stamps)
+            except BatchQueryError as exc:
+                raise InvalidArgument(f"query {exc.index}: {exc.error}") from None
             hits, best, totals, uniques, _ = self._replay_packed(state, keys, offsets, tokens, now)
         return PackedQueryResult(
             block_size_tokens=state.block_size,
@@ -623,16 +615,11 @@ class OnlineOptimizerManager:
             offsets[i + 1] = len(keys)
             token_list.append(tokens)
             stamp_list.append(stamp)
-        advance = self.policy.advance
         with state.lock:
-            clock = state.clock_ns
-            now = []
-            for i, stamp in enumerate(stamp_list):  # rule 9 of the requests before a refusal
-                try:
-                    clock = advance(instance_id, clock, stamp)
-                except OptimizerError as exc:
-                    raise BatchQueryError(i, exc) from None
-                now.append(clock)
+            # rule 9 of the requests before a refusal: an earlier backwards time wins
+            now = self.policy.advance_many(
+                instance_id, state.clock_ns, np.array(stamp_list, np.int64)
+            )
             if refused is not None:
                 raise refused
             _, _, _, _, facts = self._replay_packed(
@@ -640,7 +627,7 @@ class OnlineOptimizerManager:
                 np.array(keys, np.int64),
                 offsets,
                 np.array(token_list, np.int64),
-                np.array(now, np.int64),
+                now,
                 want_facts=True,
             )
         return facts, token_list
@@ -774,21 +761,6 @@ class OnlineOptimizerManager:
             token_list.append(normalized.input_token_len)
             offsets[i + 1] = len(keys)
         return np.array(keys, np.int64), offsets, np.array(token_list, np.int64), stamps
-
-    def _advance_packed(self, state: InstanceState, stamps: np.ndarray) -> np.ndarray:
-        """Rule 9 for a batch: the instance clock after each query (call under the lock;
-        the instance's clock itself is left to the caller). A backwards time under
-        ``"reject"`` raises for the first offender, naming its index. O(queries)."""
-        running = np.maximum.accumulate(np.concatenate(([state.clock_ns], stamps)))
-        if self.policy.backwards == "reject" and len(stamps):
-            back = stamps < running[:-1]
-            if back.any():
-                i = int(np.argmax(back))
-                try:
-                    self.policy.advance(state.instance_id, int(running[i]), int(stamps[i]))
-                except InvalidArgument as exc:
-                    raise InvalidArgument(f"query {i}: {exc}") from None
-        return running[1:]
 
     def _prepare(
         self,
