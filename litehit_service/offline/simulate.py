@@ -349,15 +349,22 @@ def report(replay: Replay, capacity_bytes: int) -> dict[str, Any]:
         "global_span_chunks": _distribution(spans),
         "cache_position": _distribution(positions),
         "curve": curve_summary(replay),
-        "input": {
-            "sources": list(w.sources),
-            "format": w.fmt,
-            "model": w.model,
-            "chunk_size": w.first_chunk_size,
-            "kv_bytes_per_chunk": kv,
-            "kv_bytes_detected": w.detected,
-            "touch_order": replay.touch_order,
-        },
+        "input": input_summary(replay),
+    }
+
+
+def input_summary(replay: Replay) -> dict[str, Any]:
+    """What the report and the sweep say of their input: sources, format, model, chunk
+    size, KV bytes per chunk (and whether detected) and the touch order. O(sources)."""
+    w = replay.workload
+    return {
+        "sources": list(w.sources),
+        "format": w.fmt,
+        "model": w.model,
+        "chunk_size": w.first_chunk_size,
+        "kv_bytes_per_chunk": w.kv_bytes_per_chunk,
+        "kv_bytes_detected": w.detected,
+        "touch_order": replay.touch_order,
     }
 
 
@@ -539,15 +546,7 @@ def sweep(replay: Replay, capacities_bytes: Iterable[int]) -> dict[str, Any]:
         "requests": w.requests,
         "total_tokens": total,
         "curve": curve_summary(replay),
-        "input": {
-            "sources": list(w.sources),
-            "format": w.fmt,
-            "model": w.model,
-            "chunk_size": w.first_chunk_size,
-            "kv_bytes_per_chunk": w.kv_bytes_per_chunk,
-            "kv_bytes_detected": w.detected,
-            "touch_order": replay.touch_order,
-        },
+        "input": input_summary(replay),
     }
 
 
