@@ -49,11 +49,20 @@ from litehit_service.model import InstanceRegistration  # noqa: E402
 METHOD = f"/{pb2.SERVICE_NAME}/TraceQueryPackedStream"
 
 
+def copied(reqs, copies: int) -> list[tuple[list[int], int]]:
+    """``copies`` copies of the (keys, tokens) requests, copy c with keys + (c + 1) x 2**40
+    (fresh keys of one width, as bench_scale.py writes them)."""
+    return [
+        ([x + ((c + 1) << 40) for x in keys], tokens)
+        for c in range(copies)
+        for keys, tokens in reqs
+    ]
+
+
 def packed_batches(reqs, copies: int, batch: int, instance_id: str) -> list[bytes]:
     """Serialised TraceQueryPackedRequest messages for ``copies`` copies of ``reqs``."""
     out = []
-    flat = [(k, t) for c in range(copies) for k, t in ((
-        [x + ((c + 1) << 40) for x in keys], tokens) for keys, tokens in reqs)]  # fmt: skip
+    flat = copied(reqs, copies)
     for s in range(0, len(flat), batch):
         chunk = flat[s : s + batch]
         msg = wire.packed_query_to_pb(
@@ -97,11 +106,9 @@ def expected_answers(reqs, copies: int) -> np.ndarray:
     manager = OnlineOptimizerManager()
     manager.create_group(GROUP)
     manager.register_instance(_reg("a"))
-    rows = []
-    for c in range(copies):
-        for keys, tokens in reqs:
-            r = manager.trace_query("a", [x + ((c + 1) << 40) for x in keys], tokens)
-            rows.append(r.hit_blocks)
+    rows = [
+        manager.trace_query("a", keys, tokens).hit_blocks for keys, tokens in copied(reqs, copies)
+    ]
     return np.array(rows, np.int64)
 
 
