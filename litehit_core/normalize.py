@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from litehit_core.model import InvalidRequestError, NormalizedRequest
 from litehit_core.prefix_hash import apply_prefix_hash
 
@@ -58,3 +60,16 @@ def normalize_request(
     if k > 1:
         keys = keys[k - 1 :: k]
     return NormalizedRequest(block_keys=keys, input_token_len=input_token_len)
+
+
+def plain_token_lens(
+    key_counts: np.ndarray, input_token_lens: np.ndarray, block_size_tokens: int
+) -> np.ndarray | None:
+    """:func:`normalize_request`'s length rule for many requests at once, for keys already
+    at ``block_size_tokens`` without prefix hashing (nothing to chain or re-block): the
+    token denominators (``input_token_len``, or ``key count x block size`` where it is 0),
+    or None when any request breaks the rule (call :func:`normalize_request` on it for
+    the error). Requires non-negative arrays of one length. O(requests) numpy work."""
+    tokens = np.where(input_token_lens == 0, key_counts * block_size_tokens, input_token_lens)
+    bad = (input_token_lens > 0) & (key_counts != input_token_lens // block_size_tokens)
+    return None if bad.any() else tokens

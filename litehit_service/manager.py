@@ -40,6 +40,7 @@ from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import LRU_ENGINES, EngineSpec, ReplayEngine, create_engine
 from litehit_core.model import MAX_OBJECT_BYTES, TOUCH_ORDERS, touch_order_model
+from litehit_core.normalize import plain_token_lens
 from litehit_core.projector import Projection, project_segments, segment_sums
 from litehit_core.state import EngineState
 from litehit_service.errors import (
@@ -742,9 +743,8 @@ class OnlineOptimizerManager:
         bs = state.block_size
         trace_bs = policy.trace_block_size_tokens
         if not state.enable_prefix_hash and trace_bs in (0, bs):
-            tokens = np.where(lens == 0, counts * bs, lens)
-            bad = (lens > 0) & (counts != lens // bs)
-            if not bad.any():
+            tokens = plain_token_lens(counts, lens, bs)
+            if tokens is not None:
                 return np.asarray(block_keys, np.int64), offsets, tokens, stamps
         keys: list[int] = []
         token_list: list[int] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from litehit_core.model import InvalidRequestError, NormalizedRequest
@@ -204,3 +204,28 @@ def test_reblocking_property(
     assert out.block_keys == chained[k - 1 :: k]
     assert len(out.block_keys) == len(raw) // k
     assert out.input_token_len == tokens
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 30)), max_size=8),
+    st.sampled_from([1, 4]),
+)
+def test_plain_token_lens_is_normalize_request_for_many(requests, block_size):
+    """The vectorised length rule accepts exactly what normalize_request accepts and gives
+    its token denominators."""
+    import numpy as np
+
+    from litehit_core.normalize import plain_token_lens
+
+    counts = np.array([c for c, _ in requests], np.int64)
+    lens = np.array([n for _, n in requests], np.int64)
+    expected = []
+    for c, n in requests:
+        try:
+            expected.append(normalize_request(list(range(c)), n, block_size).input_token_len)
+        except InvalidRequestError:
+            expected = None
+            break
+    got = plain_token_lens(counts, lens, block_size)
+    assert (got.tolist() if got is not None else None) == expected
