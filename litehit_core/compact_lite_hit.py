@@ -406,11 +406,16 @@ class BatchFacts(NamedTuple):
         starts = self.seg_start.tolist()
         lens = self.seg_len.tolist()
         off = self.seg_offsets.tolist()
-        new = tuple.__new__
         return [
-            RequestFact(tuple([new(HitCurveSegment, s) for s in zip(starts[a:b], lens[a:b])]), n)
+            RequestFact(_curve(starts[a:b], lens[a:b]), n)
             for n, a, b in zip(self.totals.tolist(), off, off[1:])
         ]
+
+
+def _curve(starts: list[int], lens: list[int]) -> tuple[HitCurveSegment, ...]:
+    """A fact's hit curve from its segments' starts and lengths. O(segments)."""
+    new = tuple.__new__
+    return tuple([new(HitCurveSegment, s) for s in zip(starts, lens)])
 
 
 class CompactLiteHit:
@@ -515,14 +520,8 @@ class CompactLiteHit:
                         self._seg_len)  # fmt: skip
         if not nseg:
             return RequestFact((), int(self._meta[_N]))
-        new = tuple.__new__
         return RequestFact(
-            tuple(
-                [
-                    new(HitCurveSegment, s)
-                    for s in zip(self._seg_start[:nseg].tolist(), self._seg_len[:nseg].tolist())
-                ]
-            ),
+            _curve(self._seg_start[:nseg].tolist(), self._seg_len[:nseg].tolist()),
             int(self._meta[_N]),
         )
 
