@@ -2,7 +2,16 @@
 # LiteHit service image.
 #
 #   docker build -t litehit .
-#   docker run -p 50051:50051 -p 9464:9464 -v litehit-data:/data litehit
+#   docker run -p 127.0.0.1:50051:50051 -p 127.0.0.1:9464:9464 -v litehit-data:/data litehit
+#
+# Protected by default: listening on 0.0.0.0 without an admin token, the server creates one
+# at its first start in /data/admin-token (mode 0600, kept in the volume; the log names the
+# file, never the token) and every admin RPC needs it; reads, queries and health stay open:
+#   docker exec CONTAINER cat /data/admin-token
+#   OptimizerClient("127.0.0.1:50051", admin_token=TOKEN)        # Python
+#   grpcurl -H "authorization: Bearer TOKEN" -plaintext ...       # grpcurl
+# LITEHIT_ADMIN_TOKEN_FILE (e.g. a mounted secret) replaces it; LITEHIT_OPEN_ADMIN=true
+# leaves admin RPCs open (a WARNING at every start).
 #
 # Stage 1 builds a wheel of this project only (dependencies are resolved in stage 2);
 # stage 2 is a slim runtime that installs the wheel and runs as an unprivileged user.

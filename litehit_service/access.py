@@ -12,6 +12,12 @@ The gRPC health and reflection services are reads of the server itself and stay 
 Tokens travel as metadata ``authorization: Bearer <token>`` and are compared in constant
 time (SHA-256 digests compared with :func:`hmac.compare_digest`, so not even the length
 leaks).
+
+**Protected by default** (:func:`litehit_service.service.serve`): a server listening on
+anything but loopback (:func:`is_loopback_host`) with no admin token configured uses the
+token in ``<data-dir>/admin-token`` (:data:`ADMIN_TOKEN_FILE`), created on its first start
+by :func:`data_dir_admin_token`; only an explicit ``open_admin`` (``--open-admin``) leaves
+admin RPCs open there.
 """
 
 from __future__ import annotations
@@ -19,11 +25,20 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import ipaddress
+import logging
 import os
+import secrets
+import stat
 from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 READ_PREFIXES = ("Get", "List")
 QUERY_PREFIX = "TraceQuery"
+ADMIN_TOKEN_FILE = "admin-token"
+"""The admin token a non-loopback server without one makes in its data dir (mode 0600)."""
 
 
 class Access(enum.Enum):
@@ -109,3 +124,65 @@ def read_token(value: str | None, file: str | None, what: str) -> str | None:
     if not token:
         raise ValueError(f"{what}-file {os.fspath(file)!r} holds no token")
     return token
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when a server bound to ``host`` is reachable from this machine only: an address
+    in 127.0.0.0/8, ``::1`` (also IPv4-mapped, ``::ffff:127.0.0.1``) or the name
+    ``localhost``. Every other host (``0.0.0.0``, ``::``, an interface's address, any other
+    name, which could resolve to anything) is not. O(len(host))."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def data_dir_admin_token(data_dir: str | os.PathLike[str]) -> tuple[str, Path, bool]:
+    """The admin token kept in ``<data_dir>/admin-token``: ``(token, path, created)``.
+
+    The first call creates the file (mode 0600, 32 random bytes in URL-safe base64, written
+    to a temporary file, fsynced and renamed into place); later calls read its first line
+    (a file other users may read is used, with a WARNING). The caller holds the data dir's
+    lock. Raises OSError naming the file when it cannot be read or holds no token; it is
+    never overwritten (delete it for a new token). O(file size).
+    """
+    path = Path(data_dir) / ADMIN_TOKEN_FILE
+    shown = os.fspath(path)
+    if not path.exists():
+        token = secrets.token_urlsafe(32)
+        scratch = path.with_name(f".{ADMIN_TOKEN_FILE}.tmp")
+        scratch.unlink(missing_ok=True)  # a stale one from a crash (never followed)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(scratch, flags, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
+            os.write(fd, f"{token}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(scratch, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # the rename survives a crash: clients keep a valid token
+        finally:
+            os.close(folder)
+        return token, path, True
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.readline().strip()
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise OSError(f"admin token file {shown!r} cannot be read: {reason}") from None
+    if not token:
+        raise OSError(f"admin token file {shown!r} holds no token (delete it for a new one)")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning(
+            "admin token file %s has mode %04o: other users may read it (chmod 600)", shown, mode
+        )
+    return token, path, False

@@ -16,11 +16,12 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from litehit_core import compact_lite_hit, hybrid
+from litehit_service.access import data_dir_admin_token, is_loopback_host
 from litehit_service.addresses import format_address, parse_address
 from litehit_service.entries import load_groups_file
 from litehit_service.errors import InstanceNotExist
@@ -129,7 +130,9 @@ class ServerConfig:
     (``max_instances``, ``max_tracked_blocks``); durability and stopping
     (``snapshot_interval_seconds``, 0 = only at stop; ``grace_seconds``); the metrics
     (``curve_grid_points``); the full-attention ``engine`` (``"compact"`` or ``"python"``,
-    :data:`~litehit_core.engine.LRU_ENGINES`).
+    :data:`~litehit_core.engine.LRU_ENGINES`); ``open_admin``: leave admin RPCs open on a
+    non-loopback ``listen`` that has no admin token (otherwise :func:`serve` uses the token
+    in ``<data_dir>/admin-token``, see :func:`admin_guard`).
     """
 
     listen: str = "127.0.0.1:50051"
@@ -145,6 +148,7 @@ class ServerConfig:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     curve_grid_points: int = DEFAULT_CURVE_GRID_POINTS
     engine: str = "compact"
+    open_admin: bool = False
 
 
 def tune_allocator(mmap_threshold: int = 1 << 20, arenas: int = 1) -> bool:
@@ -272,6 +276,7 @@ def serve(
     truncated or foreign one: that instance starts fresh, logged at ERROR and counted),
     apply ``groups_file``, start ``/metrics`` and the gRPC server, then print one line
     ``litehit serving grpc=HOST:PORT metrics=HOST:PORT data_dir=DIR`` to ``out`` (stdout).
+    Admin RPCs on a non-loopback ``listen`` need a token by default (:func:`admin_guard`).
     A start-up error raises and leaves the disk as it found it: the registry file, the lock
     file, ``state/`` and the data dir (with any parents) that this start created are
     removed again (a folder only while empty); what existed before is untouched.
@@ -293,6 +298,8 @@ def serve(
         raise ValueError(
             f"snapshot interval must be >= 0 seconds, got {config.snapshot_interval_seconds}"
         )
+    if config.open_admin and config.server.admin_token:
+        raise ValueError("open_admin contradicts an admin token: give one or the other")
     data_dir = Path(config.data_dir)
     folders = _make_dirs(data_dir)  # the folders this start created, outermost first
     try:
@@ -313,6 +320,7 @@ def serve(
     main_thread = threading.current_thread() is threading.main_thread()
     previous = _install_signal_handlers(stop) if main_thread else {}
     try:
+        options = admin_guard(config, grpc_host, data_dir, created)
         tune_allocator()
         kernels = hybrid.warm_up() + compact_lite_hit.warm_up()
         log.info("compiled engine kernels ready in %.2f s", kernels)
@@ -334,7 +342,7 @@ def serve(
             for action in apply_groups(manager, groups, regs):
                 log.info("groups file: %s", action)
         metrics = ServiceMetrics(manager, curve_grid_points=config.curve_grid_points)
-        server = LiteHitServer(manager, metrics, config.listen, config.server).start()
+        server = LiteHitServer(manager, metrics, config.listen, options).start()
         metrics_server, bound_metrics = metrics.start_http_server(metrics_host, metrics_port)
         snapshotter = Snapshotter(manager, server, config.snapshot_interval_seconds).start()
         started = True
@@ -376,6 +384,43 @@ def serve(
         lock.release()
     print("litehit stopped", file=out, flush=True)
     return code
+
+
+def admin_guard(
+    config: ServerConfig, host: str, data_dir: Path, created: list[Path]
+) -> ServerOptions:
+    """``config.server`` with the admin token this start uses: protected by default.
+
+    A configured admin token is used as is. With ``open_admin`` admin RPCs stay open and a
+    WARNING says so (at every start). On a loopback ``host`` (127.0.0.0/8, ``::1``,
+    ``localhost``) they stay open for local use. Otherwise the token in
+    ``<data_dir>/admin-token`` is used, created (mode 0600) on the first start and appended
+    to ``created`` then; the log names the file, never the token. Runs under the data dir's
+    lock. O(1).
+    """
+    options = config.server
+    if options.admin_token:
+        return options
+    if config.open_admin:
+        log.warning(
+            "admin RPCs are open to anyone who can reach %s (--open-admin): they can "
+            "remove instances, reset counters and change groups",
+            config.listen,
+        )
+        return options
+    if is_loopback_host(host):
+        return options
+    token, path, made = data_dir_admin_token(data_dir)
+    if made:
+        created.append(path)
+    log.info(
+        "admin RPCs need the admin token in %s (%s; listening on %s, no --admin-token "
+        "given): send 'authorization: Bearer <token>'",
+        path.resolve(),
+        "created" if made else "kept from an earlier start",
+        config.listen,
+    )
+    return replace(options, admin_token=token)
 
 
 def _make_dirs(folder: Path) -> list[Path]:

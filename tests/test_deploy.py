@@ -228,9 +228,55 @@ def test_compose_litehit_is_built_here_with_a_named_data_volume(compose: dict[st
     litehit = compose["services"]["litehit"]
     assert litehit["build"] == "."
     assert (REPO / "Dockerfile").is_file()
-    assert litehit["ports"] == ["50051:50051", "9464:9464"]
+    assert litehit["ports"] == ["127.0.0.1:50051:50051", "127.0.0.1:9464:9464"]
     assert _mounts(litehit) == {"/data": "litehit-data"}
     assert "litehit-data" in compose["volumes"]
+
+
+def test_compose_publishes_every_port_on_loopback_only(compose: dict[str, Any]) -> None:
+    """Walks every service's ports: each is published on 127.0.0.1 (a bare "HOST_PORT:PORT"
+    would publish it on every host interface), and the file says how to expose one."""
+    published = 0
+    for name, service in compose["services"].items():
+        for entry in service.get("ports", []):
+            assert isinstance(entry, str) and entry.startswith("127.0.0.1:"), (name, entry)
+            assert entry.count(":") == 2, (name, entry)
+            published += 1
+    assert published == 4
+    text = COMPOSE_FILE.read_text(encoding="utf-8")
+    assert 'To expose one to other machines, drop the\n# "127.0.0.1:" prefix' in text
+
+
+def test_admin_token_path_and_use_are_documented_where_the_server_is_deployed() -> None:
+    """The token a server listening on 0.0.0.0 makes is DATA_DIR/admin-token (the real
+    constant and the image's real --data-dir); the Dockerfile, the compose file and the
+    README name that path and show how a client passes it, with the metadata key the
+    server checks and the keyword the real client takes."""
+    import inspect
+
+    from litehit_service.access import ADMIN_TOKEN_FILE, Access, TokenCheck, is_loopback_host
+    from litehit_service.client import OptimizerClient
+
+    ins = _dockerfile_instructions()
+    (cmd,) = [json.loads(rest) for kw, rest in ins if kw == "CMD"]
+    listen = cmd[cmd.index("--listen") + 1]
+    assert not is_loopback_host(listen.rpartition(":")[0])  # so the image is protected
+    assert "--open-admin" not in cmd
+    token_path = f"{cmd[cmd.index('--data-dir') + 1]}/{ADMIN_TOKEN_FILE}"
+    assert "admin_token" in inspect.signature(OptimizerClient).parameters
+    check = TokenCheck(admin_token="t")
+    assert check.allowed(Access.ADMIN, [("authorization", "Bearer t")])
+    assert not check.allowed(Access.ADMIN, [])
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for path, text in (
+        (REPO / "Dockerfile", (REPO / "Dockerfile").read_text(encoding="utf-8")),
+        (COMPOSE_FILE, COMPOSE_FILE.read_text(encoding="utf-8")),
+        (REPO / "README.md", readme),
+    ):
+        assert token_path in text, path
+        assert "admin_token=" in text, path
+        assert 'grpcurl -H "authorization: Bearer ' in text, path
+    assert "`--open-admin`" in readme and "LITEHIT_OPEN_ADMIN" in readme
 
 
 def test_compose_every_mount_source_exists(compose: dict[str, Any]) -> None:
@@ -270,7 +316,11 @@ def test_compose_prometheus_and_grafana_mounts(compose: dict[str, Any]) -> None:
 def test_compose_grafana_auth_defaults(compose: dict[str, Any]) -> None:
     env = compose["services"]["grafana"]["environment"]
     assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "${GRAFANA_ANONYMOUS_ENABLED:-false}"
-    assert env["GF_SECURITY_ADMIN_PASSWORD"] == "${GRAFANA_ADMIN_PASSWORD:-admin}"
+    # required, no default: "${VAR:?message}" (compose refuses to start without it)
+    assert re.fullmatch(
+        r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]*GRAFANA_ADMIN_PASSWORD[^}]*\}",
+        env["GF_SECURITY_ADMIN_PASSWORD"],
+    )
     assert env["GF_USERS_ALLOW_SIGN_UP"] == "false"
     assert env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == (
         "/etc/grafana/dashboards/" + DASHBOARD_FILE.name
@@ -296,6 +346,10 @@ def test_compose_config_validates_and_resolves_defaults() -> None:
         pytest.skip("neither docker-compose nor the docker compose plugin is installed")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAFANA_", "COMPOSE_"))}
     base = [*cmd, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE), "config"]
+    refused = subprocess.run([*base, "-q"], capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode != 0  # no Grafana password, no default: compose refuses
+    assert "GRAFANA_ADMIN_PASSWORD" in refused.stderr
+    env["GRAFANA_ADMIN_PASSWORD"] = "from-the-environment"
     quiet = subprocess.run([*base, "-q"], capture_output=True, text=True, env=env, timeout=120)
     assert quiet.returncode == 0, quiet.stderr
     full = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
@@ -303,7 +357,7 @@ def test_compose_config_validates_and_resolves_defaults() -> None:
     grafana_env = yaml.safe_load(full.stdout)["services"]["grafana"]["environment"]
     assert grafana_env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
     assert grafana_env["GF_SECURITY_ADMIN_USER"] == "admin"
-    assert grafana_env["GF_SECURITY_ADMIN_PASSWORD"] == "admin"
+    assert grafana_env["GF_SECURITY_ADMIN_PASSWORD"] == "from-the-environment"
 
 
 # --- Prometheus ------------------------------------------------------------------------
@@ -316,7 +370,7 @@ def test_prometheus_config_scrapes_litehit_metrics_port(compose: dict[str, Any])
     assert job["job_name"] == "litehit"
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"] == [{"targets": ["litehit:9464"]}]
-    assert "9464:9464" in compose["services"]["litehit"]["ports"]
+    assert "127.0.0.1:9464:9464" in compose["services"]["litehit"]["ports"]
 
 
 def test_promtool_accepts_prometheus_config() -> None:

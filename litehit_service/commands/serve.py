@@ -2,6 +2,11 @@
 
 Every flag has a ``LITEHIT_*`` environment variable; a flag given on the command line wins
 over the variable, which wins over the default.
+
+Admin RPCs are protected by default: listening on anything but loopback without
+``--admin-token``/``--admin-token-file``, the server uses (and on its first start creates)
+the token in ``DATA_DIR/admin-token``; ``--open-admin`` leaves them open instead (a WARNING at
+every start) and together with an admin token is a usage error.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ class _Option:
     parse: Callable[[str], Any]
     help: str
     metavar: str
+    switch: bool = False
+    """A flag without a value (``--open-admin``); its variable takes true/false."""
 
 
 def _positive_int(text: str) -> int:
@@ -52,6 +59,15 @@ def _engine(text: str) -> str:
     if text not in LRU_ENGINES:
         raise ValueError(f"must be one of {', '.join(LRU_ENGINES)}")
     return text
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
 
 
 def _address(text: str) -> str:
@@ -96,7 +112,13 @@ _OPTIONS = (
             "query (prefer --admin-token-file: a command line is visible to other users)",
             "TOKEN"),
     _Option("--admin-token-file", "LITEHIT_ADMIN_TOKEN_FILE", None, str,
-            "read the admin token from this file's first line", "FILE"),
+            "read the admin token from this file's first line (without an admin token, a "
+            "server listening beyond loopback uses DATA_DIR/admin-token, made at its first "
+            "start, mode 0600)", "FILE"),
+    _Option("--open-admin", "LITEHIT_OPEN_ADMIN", False, _boolean,
+            "leave admin RPCs open without a token even when listening beyond loopback "
+            "(logged at WARNING at every start; a usage error with an admin token)", "",
+            switch=True),
     _Option("--query-token", "LITEHIT_QUERY_TOKEN", None, str,
             "require 'authorization: Bearer TOKEN' on TraceQuery and TraceQueryStream (the "
             "admin token is accepted too)", "TOKEN"),
@@ -149,6 +171,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     for option in _OPTIONS:
         shown = "none" if option.default is None else option.default
+        if option.switch:
+            parser.add_argument(
+                option.flag,
+                action="store_const",
+                const="true",
+                default=None,
+                help=f"{option.help} (env {option.env}=true; default off)",
+            )
+            continue
         parser.add_argument(
             option.flag,
             default=None,
@@ -182,6 +213,13 @@ def run(args: argparse.Namespace) -> int:
     """Start the service and block until SIGTERM/SIGINT; 0 after a clean drain, 1 when
     calls had to be abandoned (raises on start-up errors)."""
     values = resolve(args)
+    given = [f for f in ("admin_token", "admin_token_file") if values[f]]
+    if values["open_admin"] and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(
+            f"--open-admin contradicts {flag}: --open-admin leaves admin RPCs open, a token "
+            "closes them; give one or the other"
+        )
     try:
         admin_token = read_token(values["admin_token"], values["admin_token_file"], "--admin-token")
         query_token = read_token(values["query_token"], values["query_token_file"], "--query-token")
@@ -219,5 +257,6 @@ def run(args: argparse.Namespace) -> int:
         grace_seconds=values["grace_seconds"],
         curve_grid_points=values["curve_grid_points"],
         engine=values["engine"],
+        open_admin=values["open_admin"],
     )
     return serve(config)
