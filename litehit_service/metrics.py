@@ -13,7 +13,6 @@ import math
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 import numpy as np
@@ -31,9 +30,7 @@ from litehit_core import capacity_gb_to_bytes
 from litehit_core.curve import log_spaced
 from litehit_service.addresses import format_address
 from litehit_service.manager import InstanceInfo, OnlineOptimizerManager
-
-if TYPE_CHECKING:
-    from litehit_service.transport import Transport
+from litehit_service.stats import StreamSource
 
 _LABELS = ["instance_group", "instance_id"]
 _CAP_LABELS = [*_LABELS, "capacity_gb"]
@@ -385,7 +382,7 @@ class ServiceCollector(Collector):
 
     def __init__(self, manager: OnlineOptimizerManager) -> None:
         self._manager = manager
-        self.transport: Transport | None = None
+        self.transport: StreamSource | None = None
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families())
@@ -501,7 +498,7 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
-    def attach_transport(self, transport: Transport) -> None:
+    def attach_transport(self, transport: StreamSource) -> None:
         """Report the transport's streams and refusals from now on."""
         self._service.transport = transport
 

@@ -28,7 +28,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -37,6 +37,7 @@ from google.protobuf.message import DecodeError
 from litehit_service import messages as pb2
 from litehit_service.access import Access, TokenCheck, method_access
 from litehit_service.servicer import OptimizerServicer
+from litehit_service.stats import TransportStats
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +79,6 @@ class StreamRecord:
     batches: int = 0
     queries: int = 0
     unanswered: int = 0  # queries applied whose answer has not been handed to gRPC
-
-
-@dataclass
-class TransportStats:
-    """Counters the metrics collector reads at scrape time (cumulative)."""
-
-    streams_rejected: int = 0
-    streams_idle_closed: int = 0
-    unauthenticated: dict[str, int] = field(default_factory=dict)
-    undecodable: dict[str, int] = field(default_factory=dict)
 
 
 class InstanceGates:
