@@ -7,7 +7,14 @@ bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
 
 from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
 from litehit_core.curve import MARK_PERCENTS, InstanceCurve, Mark
-from litehit_core.engine import MODELS, EngineModel, EngineSpec, ReplayEngine, create_engine
+from litehit_core.engine import (
+    FACT_MODELS,
+    MODELS,
+    EngineModel,
+    EngineSpec,
+    ReplayEngine,
+    create_engine,
+)
 from litehit_core.errors import InvalidRequestError, LocatedError
 from litehit_core.facts import (
     FACTS_FILENAME,
@@ -24,7 +31,6 @@ from litehit_core.facts import (
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import (
-    FACT_MODELS,
     FactModel,
     HitCurveSegment,
     HitCurveStep,

@@ -32,10 +32,10 @@ import numpy as np
 
 from litehit_core.errors import InvalidRequestError
 from litehit_core.hybrid import _HEAD, _LIVE_F, _NOSTATE, HybridLRU, _distinct, _process_batch
-from litehit_core.model import TOUCH_ORDERS, RequestFact, touch_order_model
+from litehit_core.model import TOUCH_ORDERS, RequestFact
 from litehit_core.state import EngineState
 
-__all__ = ["TOUCH_ORDERS", "BatchResult", "BlockLRU", "touch_order_model"]
+__all__ = ["TOUCH_ORDERS", "BatchResult", "BlockLRU"]
 
 _MODELS = {"tail-first": "lru-tail-first", "head-first": "lru-head-first"}
 

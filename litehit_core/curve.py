@@ -24,8 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
+from litehit_core.engine import DEFAULT_MODEL, FACT_MODELS
 from litehit_core.errors import InvalidRequestError
-from litehit_core.model import FACT_MODELS, HitCurveSegment, HitCurveStep
+from litehit_core.model import HitCurveSegment, HitCurveStep
 from litehit_core.projector import bytes_to_blocks, capacity_gb_to_bytes
 
 __all__ = ["GIB", "MARK_PERCENTS", "InstanceCurve", "Mark", "log_spaced"]
@@ -94,7 +95,7 @@ class InstanceCurve:
         block_size_tokens: int,
         block_bytes: int,
         first_trace_id: str = "",
-        model: str = "lru",
+        model: str = DEFAULT_MODEL,
         resolution_bytes: int = 1,
         max_corners: int = 0,
         accumulator: HitCurveAccumulator | None = None,

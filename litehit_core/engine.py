@@ -1,46 +1,83 @@
-"""The engine seam: every replay model behind one small protocol.
+"""The engine registry: the one place that knows LiteHit's models.
 
 An *engine* replays one instance's requests and returns, per request, a capacity-free
-fact; it never sees a capacity (rule 1). Everything that holds an engine (the manager, the
-offline replay, snapshots, queries) builds it with :func:`create_engine` from an
-:class:`EngineSpec` and projects its facts through the :class:`~litehit_core.projector.Projection`
-the same spec describes (rule 2), so none of them knows which model it holds.
+fact; it never sees a capacity (rule 1). Everything that holds an engine (the manager,
+the offline replay and its lanes, snapshots, live curves, metrics, simulate and sweep)
+asks this module: :func:`model_for` names the model of a registration (linear step and
+touch order), :func:`create_engine` builds its engine from an :class:`EngineSpec`, the
+model's :class:`EngineModel` entry says how its facts read (ramps or steps, in blocks or
+bytes: the projector and the live curve follow it), whether its engine replays a batch in
+one compiled call (:meth:`EngineModel.batched`), and which arrays its snapshot holds
+(:func:`state_record` / :func:`state_from_record`). No other module tests a model name or
+an engine class (a test walks the source and fails on one).
 
-Adding a model means: an engine class implementing :class:`ReplayEngine`, one entry in
-:data:`MODELS` (its name, the shape of its facts, the capacity unit they are in and how to
-build it from a spec), and the spec fields it needs. Three models: the full-attention LRU
-touching tail first (:class:`~litehit_core.lite_hit.LiteHit`, ``"lru"``: ramps in
-blocks), the same touching head first as LMCache does
-(:class:`~litehit_core.block_lru.BlockLRU`, ``"lru-head-first"``: staircases in blocks)
-and the hybrid linear-attention / Mamba LRU (:class:`~litehit_core.hybrid.HybridLRU`,
-``"hybrid"``: staircases in bytes).
+Adding a model means one engine module implementing :class:`ReplayEngine` and one entry
+in :data:`MODELS`. Three models today: the full-attention LRU touching tail first
+(``"lru"``: :class:`~litehit_core.lite_hit.LiteHit`, or its compiled twin
+:class:`~litehit_core.compact_lite_hit.CompactLiteHit`; ramps in blocks), the same
+touching head first as LMCache does (``"lru-head-first"``:
+:class:`~litehit_core.block_lru.BlockLRU`; staircases in blocks) and the hybrid
+linear-attention / Mamba LRU (``"hybrid"``: :class:`~litehit_core.hybrid.HybridLRU`;
+staircases in bytes). Per-capacity policy simulators (one replay per capacity: RandomLRU,
+LeafAwareLRU, TTL eviction, tiers) are engines of another kind and register beside these.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lite_hit import LiteHit
-from litehit_core.model import FACT_MODELS, FactModel, RequestFact, check_lru_parameters
+from litehit_core.model import TOUCH_ORDERS, FactModel, RequestFact, check_lru_parameters
 from litehit_core.state import EngineState
 
 if TYPE_CHECKING:
+    from litehit_core.block_lru import BlockLRU
     from litehit_core.compact_lite_hit import CompactLiteHit
 
 LRU_ENGINES = ("python", "compact")
 """The implementations of model ``"lru"`` (:attr:`EngineSpec.lru_engine`)."""
 
+EVICTION_POLICIES = ("lru",)
+"""The eviction policies an instance group may name: each is replayed exactly, for every
+capacity at once, by the model :func:`model_for` picks."""
+
+DEFAULT_MODEL = "lru"
+"""The model of a full-attention instance touching tail first, and of a facts ledger
+without a ``model`` column."""
+
+FACT_MODELS: dict[str, FactModel] = {
+    "lru": FactModel("lru", "ramps", "blocks"),
+    "hybrid": FactModel("hybrid", "steps", "bytes"),
+    "lru-head-first": FactModel("lru-head-first", "steps", "blocks"),
+}
+"""How every model's facts read, by model name (its :class:`EngineModel` is in
+:data:`MODELS`)."""
+
+_HYBRID = "hybrid"
+_FULL_BY_TOUCH_ORDER = {"tail-first": "lru", "head-first": "lru-head-first"}
+
 __all__ = [
+    "DEFAULT_MODEL",
+    "EVICTION_POLICIES",
+    "FACT_MODELS",
+    "AUTO_COMPACT_BYTES",
     "LRU_ENGINES",
     "MODELS",
     "EngineModel",
     "EngineSpec",
     "EngineState",
     "ReplayEngine",
+    "auto_lru_engine",
     "create_engine",
+    "model_for",
+    "state_from_record",
+    "staircase_batch_engine",
+    "state_record",
+    "touch_order_model",
 ]
 
 
@@ -117,10 +154,18 @@ class EngineSpec:
     @property
     def description(self) -> EngineModel:
         """The :class:`EngineModel` of :attr:`model`; InvalidRequestError if unknown."""
-        model = MODELS.get(self.model)
-        if model is None:
-            raise InvalidRequestError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
-        return model
+        return model_entry(self.model)
+
+    def capacity_bounds(self, block_bytes: int) -> tuple[int, int, int]:
+        """(resolution, smallest useful capacity, most tracked) in bytes for blocks of
+        ``block_bytes``: one block each for a model in blocks (the most tracked is
+        ``max_tracked_blocks`` blocks, 0 = unlimited); for a model in bytes the gcd of the
+        block and state charges, one block with its state, and :attr:`max_tracked_bytes`.
+        O(1)."""
+        if self.description.unit == "bytes":
+            resolution = math.gcd(self.full_bytes, self.linear_bytes)
+            return resolution, self.full_bytes + self.linear_bytes, self.max_tracked_bytes
+        return block_bytes, block_bytes, self.max_tracked_blocks * block_bytes
 
     @property
     def max_tracked_bytes(self) -> int:
@@ -163,11 +208,17 @@ def _lru_head_first(spec: EngineSpec, state: EngineState | None) -> ReplayEngine
 @dataclass(frozen=True, slots=True)
 class EngineModel:
     """A replay model: how its facts read (:class:`~litehit_core.model.FactModel`:
-    ``curve`` ramps or steps, thresholds in ``unit`` blocks or bytes) and how to ``build``
-    its engine from a spec, fresh (``state`` None) or restored."""
+    ``curve`` ramps or steps, thresholds in ``unit`` blocks or bytes), how to ``build``
+    its engine from a spec, fresh (``state`` None) or restored, which of its
+    implementations (:attr:`EngineSpec.lru_engine` values) replay a batch of requests in
+    one compiled call with ramp facts (``batch_engines``: their engines offer
+    ``process_batch(keys, offsets, now) -> BatchFacts``), and the arrays its snapshots
+    hold beyond keys and epochs (``state_arrays``)."""
 
     facts: FactModel
     build: Callable[[EngineSpec, EngineState | None], ReplayEngine]
+    batch_engines: frozenset[str] = frozenset()
+    state_arrays: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -181,16 +232,111 @@ class EngineModel:
     def unit(self) -> str:
         return self.facts.unit
 
+    def batched(self, spec: EngineSpec) -> bool:
+        """True when the engine ``spec`` builds replays batches in one compiled call
+        (``process_batch``, ramp facts). O(1)."""
+        return spec.lru_engine in self.batch_engines
 
-_BUILDERS: dict[str, Callable[[EngineSpec, EngineState | None], ReplayEngine]] = {
-    "lru": _lru,
-    "hybrid": _hybrid,
-    "lru-head-first": _lru_head_first,
-}
+
 MODELS: dict[str, EngineModel] = {
-    name: EngineModel(facts, _BUILDERS[name]) for name, facts in FACT_MODELS.items()
+    "lru": EngineModel(FACT_MODELS["lru"], _lru, batch_engines=frozenset({"compact"})),
+    "hybrid": EngineModel(FACT_MODELS["hybrid"], _hybrid, state_arrays=("kinds",)),
+    "lru-head-first": EngineModel(FACT_MODELS["lru-head-first"], _lru_head_first),
 }
-"""Every model LiteHit replays, by name: each fact model has its engine builder."""
+"""Every model LiteHit replays, by name (the same names as :data:`FACT_MODELS`)."""
+
+
+def touch_order_model(touch_order: str) -> str:
+    """The full-attention model of a touch order: ``"lru"`` (tail-first) or
+    ``"lru-head-first"``. InvalidRequestError naming the value otherwise. O(1)."""
+    model = _FULL_BY_TOUCH_ORDER.get(touch_order)
+    if model is None:
+        raise InvalidRequestError(
+            f"touch_order must be one of {list(TOUCH_ORDERS)}, got {touch_order!r}"
+        )
+    return model
+
+
+def model_for(linear_step: int, touch_order: str = "tail-first") -> str:
+    """The model of an instance: hybrid when it saves linear/Mamba states
+    (``linear_step`` > 0, touched tail first only), else the full-attention model of its
+    touch order. InvalidRequestError naming the value otherwise. O(1)."""
+    if not linear_step:
+        return touch_order_model(touch_order)
+    if touch_order != "tail-first":
+        raise InvalidRequestError(
+            f"touch_order {touch_order!r} is for full-attention instances; a hybrid instance "
+            f"(linear_step {linear_step}) touches its blocks and states tail first"
+        )
+    return _HYBRID
+
+
+AUTO_COMPACT_BYTES = 16 * 1024 * 1024
+"""``auto`` picks the compact engine for traces of at least this many bytes."""
+
+
+def auto_lru_engine(trace_bytes: int) -> str:
+    """The full-attention implementation ``auto`` picks for a trace of ``trace_bytes``:
+    the compact engine from :data:`AUTO_COMPACT_BYTES` on (its ~0.3 s numba start-up pays
+    back: the two tie near 12 MB of Mooncake trace, and its cost per request stays flat as
+    blocks grow), the pure-Python one below (no numba import). O(1)."""
+    return "compact" if trace_bytes >= AUTO_COMPACT_BYTES else "python"
+
+
+def staircase_batch_engine(touch_order: str) -> tuple[BlockLRU, str]:
+    """An engine that replays a whole workload in one compiled call touching blocks in
+    ``touch_order`` and answers each request as a staircase in blocks (what ``simulate``
+    and ``sweep`` use), with the fact model its curves read as.
+    InvalidRequestError naming an unknown touch order. O(1)."""
+    from litehit_core.block_lru import BlockLRU  # numba, as above
+
+    return BlockLRU(touch_order), "lru-head-first"
+
+
+def model_entry(name: str) -> EngineModel:
+    """The :class:`EngineModel` of ``name``; InvalidRequestError naming it if unknown."""
+    model = MODELS.get(name)
+    if model is None:
+        raise InvalidRequestError(f"model must be one of {sorted(MODELS)}, got {name!r}")
+    return model
+
+
+_STATE_FIELDS = ("now_ns", "expired_blocks", "dropped_blocks")
+_STATE_ARRAYS = ("keys", "epoch_starts", "epoch_times")
+
+
+def state_record(state: EngineState) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The snapshot codec, writing: an engine state as JSON-ready scalars (``model``,
+    ``engine_format_version``, clock and counters) and named arrays (keys, epochs and the
+    model's :attr:`EngineModel.state_arrays`). O(1): the arrays are shared, not copied."""
+    meta: dict[str, Any] = {
+        "model": state.model,
+        "engine_format_version": state.format_version,
+    }
+    meta.update((name, getattr(state, name)) for name in _STATE_FIELDS)
+    arrays = {name: getattr(state, name) for name in _STATE_ARRAYS}
+    for name in model_entry(state.model).state_arrays:
+        arrays[name] = getattr(state, name)
+    return meta, arrays
+
+
+def state_from_record(meta: dict[str, Any], arrays: dict[str, Any]) -> EngineState:
+    """The snapshot codec, reading: the engine state :func:`state_record` wrote.
+    KeyError, TypeError, ValueError or InvalidRequestError when a field is missing or
+    malformed (callers report the snapshot as inconsistent). O(1) plus the arrays' checks."""
+    model = str(meta["model"])
+    extra = {name: arrays[name] for name in model_entry(model).state_arrays}
+    return EngineState(
+        model=model,
+        format_version=int(meta["engine_format_version"]),
+        keys=arrays["keys"],
+        epoch_starts=arrays["epoch_starts"],
+        epoch_times=arrays["epoch_times"],
+        now_ns=int(meta["now_ns"]),
+        expired_blocks=int(meta["expired_blocks"]),
+        dropped_blocks=int(meta["dropped_blocks"]),
+        **extra,
+    )
 
 
 def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayEngine:

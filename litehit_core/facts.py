@@ -33,9 +33,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, NamedTuple
 
+from litehit_core.engine import DEFAULT_MODEL, FACT_MODELS
 from litehit_core.errors import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
-from litehit_core.model import FACT_MODELS, HitCurveSegment, HitCurveStep
+from litehit_core.model import HitCurveSegment, HitCurveStep
 from litehit_core.temporaries import remove_stale_temps, temp_path
 
 FACTS_HEADER = (
@@ -59,7 +60,7 @@ class FactRow(NamedTuple):
     block_size_tokens: int
     block_bytes: int
     hit_curve: tuple[HitCurveSegment, ...] | tuple[HitCurveStep, ...]
-    model: str = "lru"
+    model: str = DEFAULT_MODEL
 
 
 def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
@@ -150,7 +151,7 @@ class FactsWriter:
     def write(self, row: FactRow) -> None:
         """Append one row. O(segments)."""
         assert self._fh is not None, "FactsWriter used outside its with-block"
-        if row.model != "lru" and not self.with_model:
+        if row.model != DEFAULT_MODEL and not self.with_model:
             raise ValueError(f"a {row.model!r} row needs a ledger with the model column")
         self._fh.write(format_fact_row(row, self.with_model))
         self.rows_written += 1
@@ -328,7 +329,7 @@ def read_facts(
                     raise LocatedError(
                         name, reader.line_num, f"expected {width} fields, got {len(rec)}"
                     )
-                model = rec[6] if width == 8 else "lru"
+                model = rec[6] if width == 8 else DEFAULT_MODEL
                 text = rec[-1]
                 try:
                     digits = rec[2] + rec[3] + rec[4] + rec[5]

@@ -11,7 +11,6 @@ from typing import NamedTuple
 from litehit_core.errors import InvalidRequestError
 
 __all__ = [
-    "FACT_MODELS",
     "FactModel",
     "HitCurveSegment",
     "HitCurveStep",
@@ -78,29 +77,9 @@ class FactModel(NamedTuple):
     unit: str
 
 
-FACT_MODELS: dict[str, FactModel] = {
-    "lru": FactModel("lru", "ramps", "blocks"),
-    "hybrid": FactModel("hybrid", "steps", "bytes"),
-    "lru-head-first": FactModel("lru-head-first", "steps", "blocks"),
-}
-"""Every replay model's facts by model name (the engines are in :mod:`litehit_core.engine`)."""
-
-
 TOUCH_ORDERS = ("tail-first", "head-first")
-"""The touch orders an offline replay can use (``tail-first`` is the default)."""
-
-
-def touch_order_model(touch_order: str) -> str:
-    """The full-attention model name of a touch order: ``"lru"`` (tail-first, the
-    :class:`~litehit_core.lite_hit.LiteHit` engine) or ``"lru-head-first"``.
-    InvalidRequestError naming the value otherwise. O(1)."""
-    if touch_order == "tail-first":
-        return "lru"
-    if touch_order == "head-first":
-        return "lru-head-first"
-    raise InvalidRequestError(
-        f"touch_order must be one of {list(TOUCH_ORDERS)}, got {touch_order!r}"
-    )
+"""The touch orders an offline replay can use (``tail-first`` is the default); which model
+each order replays is the engine registry's word (:func:`litehit_core.engine.model_for`)."""
 
 
 MAX_OBJECT_BYTES = 1 << 40

@@ -30,8 +30,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import orjson
 
+from litehit_core.engine import FACT_MODELS
 from litehit_core.facts import FactRow
-from litehit_core.model import FACT_MODELS, InvalidRequestError
+from litehit_core.model import InvalidRequestError
 from litehit_core.projector import capacity_slot_bytes, project_matrix, project_steps_matrix
 
 CHUNK_ROWS = 4096

@@ -18,6 +18,7 @@ import numpy as np
 
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import GIB, MARK_PERCENTS, InstanceCurve
+from litehit_core.engine import model_for
 from litehit_service.client import OptimizerClient
 from litehit_service.model import HitRateCurveResult
 from litehit_service.wire import hit_rate_curve_from_pb
@@ -52,7 +53,7 @@ def _curve(instance_id: str, answer: HitRateCurveResult, caps, hits) -> Instance
         instance_id,
         bs,
         answer.block_bytes,
-        model="hybrid" if answer.linear_step else "lru",
+        model=answer.model or model_for(answer.linear_step),  # older servers: tail-first
         accumulator=accumulator,
     )
     curve.requests = answer.total_queries

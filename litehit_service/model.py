@@ -254,3 +254,4 @@ class HitRateCurveResult:
     block_bytes: int
     linear_step: int
     total_queries: int
+    model: str = ""

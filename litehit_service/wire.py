@@ -436,6 +436,7 @@ def hit_rate_curve_to_pb(result: HitRateCurveResult, trace_id: str) -> pb2.GetHi
         block_bytes=result.block_bytes,
         linear_step=result.linear_step,
         total_queries=result.total_queries,
+        model=result.model,
     )
 
 
@@ -461,4 +462,5 @@ def hit_rate_curve_from_pb(msg: pb2.GetHitRateCurveResponse) -> HitRateCurveResu
         block_bytes=msg.block_bytes,
         linear_step=msg.linear_step,
         total_queries=msg.total_queries,
+        model=msg.model,
     )

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from oracle import NaiveLRU, SequentialLRU, oracle_hits, tree_trace
 
 from litehit_core import apply_prefix_hash, project_steps
-from litehit_core.block_lru import BlockLRU, touch_order_model
+from litehit_core.block_lru import BlockLRU
+from litehit_core.engine import touch_order_model
 from litehit_core.engine import EngineSpec, create_engine
 from litehit_core.errors import InvalidRequestError
 

@@ -18,7 +18,8 @@ from litehit_core.compact_lite_hit import CompactLiteHit
 from litehit_core.lite_hit import LiteHit
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.offline.config import load_config
-from litehit_service.offline.replay import AUTO_COMPACT_BYTES, lru_engine_for, run_replay
+from litehit_core.engine import AUTO_COMPACT_BYTES
+from litehit_service.offline.replay import lru_engine_for, run_replay
 
 
 def engines_ledgers(config: Path, **kw) -> dict[str, tuple[str, object]]:

@@ -472,7 +472,7 @@ class CapacityForTarget(_message.Message):
     def __init__(self, target_fraction: _Optional[float] = ..., capacity_blocks: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., capacity_gb: _Optional[float] = ...) -> None: ...
 
 class GetHitRateCurveResponse(_message.Message):
-    __slots__ = ("header", "points", "capacity_for_targets", "total_input_tokens", "theoretical_hit_tokens", "corners_complete", "resolution_bytes", "corners", "block_size", "block_bytes", "linear_step", "total_queries")
+    __slots__ = ("header", "points", "capacity_for_targets", "total_input_tokens", "theoretical_hit_tokens", "corners_complete", "resolution_bytes", "corners", "block_size", "block_bytes", "linear_step", "total_queries", "model")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     POINTS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FOR_TARGETS_FIELD_NUMBER: _ClassVar[int]
@@ -485,6 +485,7 @@ class GetHitRateCurveResponse(_message.Message):
     BLOCK_BYTES_FIELD_NUMBER: _ClassVar[int]
     LINEAR_STEP_FIELD_NUMBER: _ClassVar[int]
     TOTAL_QUERIES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     header: CommonResponseHeader
     points: _containers.RepeatedCompositeFieldContainer[HitRateCurvePoint]
     capacity_for_targets: _containers.RepeatedCompositeFieldContainer[CapacityForTarget]
@@ -497,4 +498,5 @@ class GetHitRateCurveResponse(_message.Message):
     block_bytes: int
     linear_step: int
     total_queries: int
-    def __init__(self, header: _Optional[_Union[CommonResponseHeader, _Mapping]] = ..., points: _Optional[_Iterable[_Union[HitRateCurvePoint, _Mapping]]] = ..., capacity_for_targets: _Optional[_Iterable[_Union[CapacityForTarget, _Mapping]]] = ..., total_input_tokens: _Optional[int] = ..., theoretical_hit_tokens: _Optional[int] = ..., corners_complete: _Optional[bool] = ..., resolution_bytes: _Optional[int] = ..., corners: _Optional[int] = ..., block_size: _Optional[int] = ..., block_bytes: _Optional[int] = ..., linear_step: _Optional[int] = ..., total_queries: _Optional[int] = ...) -> None: ...
+    model: str
+    def __init__(self, header: _Optional[_Union[CommonResponseHeader, _Mapping]] = ..., points: _Optional[_Iterable[_Union[HitRateCurvePoint, _Mapping]]] = ..., capacity_for_targets: _Optional[_Iterable[_Union[CapacityForTarget, _Mapping]]] = ..., total_input_tokens: _Optional[int] = ..., theoretical_hit_tokens: _Optional[int] = ..., corners_complete: _Optional[bool] = ..., resolution_bytes: _Optional[int] = ..., corners: _Optional[int] = ..., block_size: _Optional[int] = ..., block_bytes: _Optional[int] = ..., linear_step: _Optional[int] = ..., total_queries: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...

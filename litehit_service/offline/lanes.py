@@ -71,7 +71,7 @@ def replay_lane(spec: LaneSpec, requests: Sequence[LaneRequest]) -> LaneResult:
     rows: list[tuple[int, str]] = []
     append = rows.append
     error = None
-    if spec.lru_engine == "compact":  # one compiled replay per chunk, as the local drive
+    if manager.batched(instance_id):  # one compiled replay per chunk, as the local drive
         for start in range(0, len(requests), LANE_CHUNK):
             chunk = requests[start : start + LANE_CHUNK]
             try:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
-from litehit_core.engine import LRU_ENGINES
+from litehit_core.engine import DEFAULT_MODEL, LRU_ENGINES, auto_lru_engine
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
@@ -331,17 +331,15 @@ def _lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> It
 # --------------------------------------------------------------------------- replay
 
 
-AUTO_COMPACT_BYTES = 16 << 20
-"""``engine="auto"`` replays traces of at least this many bytes with the compact engine."""
 REPLAY_ENGINES = ("auto", *LRU_ENGINES)
 
 
 def lru_engine_for(engine: str, trace_path: str) -> str:
-    """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"``
-    ``"compact"`` when the trace file holds at least :data:`AUTO_COMPACT_BYTES` (its ~0.3 s
-    numba start-up pays back: the two tie near 12 MB of Mooncake trace, and its cost per
-    request stays flat as blocks grow) and ``"python"`` below (no numba import).
-    ValueError naming the value for anything else."""
+    """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"`` the
+    engine registry's pick for the trace file's size
+    (:func:`~litehit_core.engine.auto_lru_engine`; an unreadable file counts as empty, and
+    the reader reports it with its own message). ValueError naming the value for anything
+    else."""
     if engine not in REPLAY_ENGINES:
         raise ValueError(f"engine must be one of {list(REPLAY_ENGINES)}, got {engine!r}")
     if engine != "auto":
@@ -349,8 +347,8 @@ def lru_engine_for(engine: str, trace_path: str) -> str:
     try:
         size = os.path.getsize(trace_path)
     except OSError:
-        return "python"  # the reader reports the missing file with its own message
-    return "compact" if size >= AUTO_COMPACT_BYTES else "python"
+        size = 0
+    return auto_lru_engine(size)
 
 
 def run_replay(
@@ -401,7 +399,7 @@ def run_replay(
         except OptimizerError as exc:
             raise config.error(f"instances[{i}]", str(exc)) from None
     models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
-    with_model = any(model != "lru" for model in models.values())  # the ledger's header
+    with_model = any(model != DEFAULT_MODEL for model in models.values())  # ledger header
     lanes: dict[str, _Lane] = {}
     formats: dict[str, tuple[str, int, int, str | None]] = {}
     for reg, result in zip(config.instances, results):
@@ -549,7 +547,7 @@ def _drive(
     counts = [0, 0]
     rows: list[str] = []
     append = rows.append
-    batched = manager.lru_engine == "compact"
+    batched = any(manager.batched(lane_id) for lane_id in manager.instance_ids())
     for routed in _routed(batches, lanes, fixed, path, bar, counts):
         if batched:
             _record_batches(manager, routed, path, append)

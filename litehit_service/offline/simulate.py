@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from litehit_core.accumulator import HitCurveAccumulator
-from litehit_core.block_lru import BatchResult, BlockLRU
+from litehit_core.block_lru import BatchResult
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
+from litehit_core.engine import staircase_batch_engine
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.projector import MAX_CAPACITY_GB
@@ -224,7 +225,7 @@ class Replay:
 def replay_workload(workload: Workload, touch_order: str = "tail-first") -> Replay:
     """Replay ``workload`` once in ``touch_order``; O(K log U) for K chunk keys."""
     started = time.process_time()
-    engine = BlockLRU(touch_order)
+    engine, curve_model = staircase_batch_engine(touch_order)
     batch = engine.process_batch(workload.keys, workload.offsets)
     n = workload.requests
     counts = batch.counts
@@ -244,7 +245,7 @@ def replay_workload(workload: Workload, touch_order: str = "tail-first") -> Repl
         workload.model or "all requests",
         int(sizes[0]) if single else 1,
         workload.kv_bytes_per_chunk,
-        model="lru-head-first",  # a staircase in chunks, whichever the touch order
+        model=curve_model,  # a staircase in chunks, whichever the touch order
         accumulator=accumulator,
     )
     curve.requests = n
