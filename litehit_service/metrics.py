@@ -9,7 +9,6 @@ ordinary instruments fed by the servicer. Everything lives on a private
 
 from __future__ import annotations
 
-import math
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
@@ -296,14 +295,7 @@ def curve_grid(info: InstanceInfo, points: int) -> tuple[int, ...]:
     O(points)."""
     if points <= 0:
         return ()
-    spec = info.spec
-    if spec.model == "hybrid":
-        unit = math.gcd(spec.full_bytes, spec.linear_bytes)
-        low = spec.full_bytes + spec.linear_bytes
-        top = spec.max_tracked_bytes
-    else:
-        unit = low = info.block_bytes
-        top = spec.max_tracked_blocks * unit
+    unit, low, top = info.spec.capacity_bounds(info.block_bytes)
     if not top:
         top = 16 * capacity_gb_to_bytes(max(info.group.capacity_gb))
     lo_units = -(-low // unit)
