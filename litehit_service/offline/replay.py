@@ -37,15 +37,10 @@ request in trace order is reported exactly as the one-by-one loop reports it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,11 +53,13 @@ from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
 from litehit_service.offline.config import ReplayConfig, check_config
 from litehit_service.offline.outputs import run_line
-from litehit_service.offline.traces import (
-    open_trace,
-    parse_lines,
-    read_lmcache,
-    trace_lines,
+from litehit_service.offline.parsing import (
+    BATCH_LINES,
+    Batch,
+    Event,
+    inline_batches,
+    lmcache_batches,
+    pool_batches,
 )
 from litehit_service.policy import QueryPolicy
 
@@ -71,16 +68,6 @@ __all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
 EXECUTORS = ("local", "ray")
 """Where instance lanes run: this process, or one Ray task each."""
 
-BATCH_LINES = 256
-"""Lines per parse batch (one worker task); the pipeline reads ``workers x`` this at once."""
-_INLINE_BATCH = 4096
-"""Lines per batch when parsing in the calling process (bounds memory, paces the bar)."""
-
-# (line_no, kind, instance_id, trace_id, timestamp_ns, keys, input_len): a TraceEvent or a
-# plain tuple with the same fields (what worker processes send back).
-_Event = Sequence[Any]
-# (events, error raised after them or None, bytes read for the progress bar)
-_Batch = tuple[list[_Event], "LocatedError | None", int]
 _Lane = tuple[str, Callable[[str, int, int, Sequence[tuple[int, int]]], str]]
 """A routing target: the instance id and its ledger line formatter."""
 
@@ -176,158 +163,6 @@ def _gb(value: float) -> str:
     return f"{value:g}"
 
 
-# --------------------------------------------------------------------------- parsing
-
-
-def _line_batches(
-    fh: Any, path: str, size: int, max_line_bytes: int
-) -> Iterator[tuple[int, list[bytes], LocatedError | None]]:
-    """``(first line number, up to size lines, error)`` in file order; the error (a line
-    over ``max_line_bytes``) comes with the lines before it, in the last batch. O(bytes)."""
-    chunks = trace_lines(fh, path, max_line_bytes)
-    pending: list[bytes] = []
-    first = 1
-    while True:
-        error = None
-        while len(pending) < size:
-            try:
-                pending += next(chunks)
-            except StopIteration:
-                break
-            except LocatedError as exc:
-                error = exc
-                break
-        if not pending and error is None:
-            return
-        batch, pending = pending[:size], pending[size:]  # an error leaves pending empty
-        yield first, batch, error
-        if error is not None:
-            return
-        first += len(batch)
-
-
-def _inline_batches(
-    path: str, fmt: str, block_size: int, instance_id: str, sizes: bool, max_line_bytes: int
-) -> Iterator[_Batch]:
-    """Parse in this process, :data:`_INLINE_BATCH` lines at a time."""
-    with open_trace(path) as fh:
-        for first, lines, read_error in _line_batches(fh, path, _INLINE_BATCH, max_line_bytes):
-            events, error = parse_lines(lines, first, path, fmt, block_size, instance_id)
-            error = error or read_error
-            yield events, error, sum(map(len, lines)) if sizes else 0
-            if error is not None:
-                return
-
-
-def _pool_batches(
-    path: str,
-    fmt: str,
-    block_size: int,
-    instance_id: str,
-    sizes: bool,
-    workers: int,
-    max_line_bytes: int,
-) -> Iterator[_Batch]:
-    """Parse in ``workers`` processes, :data:`BATCH_LINES` lines per task, in input order.
-
-    Up to two rounds of ``workers x BATCH_LINES`` lines are in flight ahead of the consumer;
-    a line over ``max_line_bytes`` ends the reading, its error following its batch's own.
-    The workers ignore SIGINT and SIGTERM (:func:`_worker_signals`): this process decides
-    when they stop, after its own cleanup.
-    """
-    # fork: no re-import of __main__ (console scripts, python -m), millisecond start-up; the
-    # children only parse text, so the parent's other threads (if any) do not matter there.
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    # (parse task, bytes for the bar, the read error after its lines or None)
-    pending: deque[
-        tuple[Future[tuple[list[_Event], LocatedError | None]], int, LocatedError | None]
-    ] = deque()
-    pool_executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_signals)
-    with open_trace(path) as fh, pool_executor as pool:
-        source = _line_batches(fh, path, BATCH_LINES, max_line_bytes)
-        done = False
-
-        def submit_round() -> None:
-            nonlocal done
-            for _ in range(workers):
-                item = next(source, None)
-                if item is None:
-                    done = True
-                    return
-                first, lines, read_error = item
-                with _stop_signals_held():  # a submit may fork the workers
-                    fut = pool.submit(
-                        parse_lines, lines, first, path, fmt, block_size, instance_id, True
-                    )
-                pending.append((fut, sum(map(len, lines)) if sizes else 0, read_error))
-                if read_error is not None:
-                    done = True
-                    return
-
-        try:
-            submit_round()
-            if not done:
-                submit_round()
-            while pending:
-                fut, size, read_error = pending.popleft()
-                events, error = fut.result()
-                error = error or read_error
-                if not done and len(pending) < 2 * workers:
-                    submit_round()
-                yield events, error, size
-                if error is not None:
-                    return
-        finally:
-            for fut, _, _ in pending:
-                fut.cancel()
-
-
-_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
-
-
-def _worker_signals() -> None:
-    """In a parse worker: ignore SIGINT and SIGTERM. A terminal's Ctrl-C or a kill of the
-    process group reaches the workers too; the replaying process turns the signal into an
-    exception, removes its temporary and shuts the pool down, which ends them. The signals
-    were held across the fork (:func:`_stop_signals_held`), so none can run the parent's
-    handlers here before this; held ones are dropped, being ignored by then."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-
-
-@contextmanager
-def _stop_signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM (blocked, delivered when the block ends) in this thread, so
-    a worker forked meanwhile starts with them blocked. Two system calls."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> Iterator[_Batch]:
-    """The whole LMCache log (sorted by timestamp) as one batch; chunk sizes checked."""
-    # Block bytes come from the config's location specs, so the logs' dtypes/shapes are
-    # not needed: a placeholder size skips reading them (an unknown dtype is no error).
-    trace = read_lmcache(path, kv_bytes_per_chunk=1, max_line_bytes=max_line_bytes)
-    for model, info in sorted(trace.models.items()):
-        if info.chunk_size != config.block_size:
-            raise LocatedError(
-                path,
-                0,
-                f"model {model!r} has chunk_size {info.chunk_size} but the config's trace "
-                f"block_size is {config.block_size}",
-            )
-    yield list(trace.events), None, 0
-
-
 # --------------------------------------------------------------------------- replay
 
 
@@ -417,16 +252,14 @@ def run_replay(
         fixed = None
     default_id = config.override_instance_id or next(iter(lanes))
     if fmt == "lmcache":
-        batches = _lmcache_batches(path, config, max_line_bytes)
+        batches = lmcache_batches(path, config, max_line_bytes)
     elif config.pipeline_worker_count > 1:
         workers = config.pipeline_worker_count
-        batches = _pool_batches(
+        batches = pool_batches(
             path, fmt, config.block_size, default_id, progress, workers, max_line_bytes
         )
     else:
-        batches = _inline_batches(
-            path, fmt, config.block_size, default_id, progress, max_line_bytes
-        )
+        batches = inline_batches(path, fmt, config.block_size, default_id, progress, max_line_bytes)
 
     facts_path = Path(config.output_result_path) / FACTS_FILENAME
     bar = _progress_bar(path, fmt, progress)
@@ -489,13 +322,13 @@ def _progress_bar(path: str, fmt: str, enabled: bool) -> Any:
 
 
 def _routed(
-    batches: Iterator[_Batch],
+    batches: Iterator[Batch],
     lanes: dict[str, _Lane],
     fixed: tuple[_Lane, ...] | None,
     path: str,
     bar: Any,
     counts: list[int],
-) -> Iterator[list[tuple[_Event, tuple[_Lane, ...]]]]:
+) -> Iterator[list[tuple[Event, tuple[_Lane, ...]]]]:
     """The one routing rule, batch by batch: each request event with the lanes it goes to
     (``override_instance_id``, every lane with ``fanout_all_instances``, else its own
     instance, which must be configured: a LocatedError at its line otherwise). ``write``
@@ -529,7 +362,7 @@ def _routed(
 
 def _drive(
     manager: OnlineOptimizerManager,
-    batches: Iterator[_Batch],
+    batches: Iterator[Batch],
     lanes: dict[str, _Lane],
     fixed: tuple[_Lane, ...] | None,
     path: str,
@@ -566,7 +399,7 @@ def _drive(
 
 def _record_batches(
     manager: OnlineOptimizerManager,
-    routed: list[tuple[_Event, tuple[_Lane, ...]]],
+    routed: list[tuple[Event, tuple[_Lane, ...]]],
     path: str,
     append: Callable[[str], None],
 ) -> None:
@@ -574,7 +407,7 @@ def _record_batches(
     instance (instances are independent, so grouping changes no fact), then its rows in
     trace order. A failing request raises the LocatedError the one-by-one loop would: the
     earliest failing line of any instance, with the same message. O(events)."""
-    per_lane: dict[str, list[_Event]] = {}
+    per_lane: dict[str, list[Event]] = {}
     for event, targets in routed:
         for lane_id, _ in targets:
             per_lane.setdefault(lane_id, []).append(event)
@@ -600,7 +433,7 @@ def _record_batches(
 def _drive_lanes(
     config: ReplayConfig,
     formats: dict[str, tuple[str, int, int, str | None]],
-    batches: Iterator[_Batch],
+    batches: Iterator[Batch],
     lanes: dict[str, _Lane],
     fixed: tuple[_Lane, ...] | None,
     path: str,
