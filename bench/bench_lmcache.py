@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown parts {unknown}; known: {list(PARTS)}")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; trace {args.trace}")
-    print(f"litehit from {Path(litehit_service.offline.traces.__file__).parents[2]}")
+    print(f"litehit from {Path(litehit_service.__file__).parents[1]}")
     with tempfile.TemporaryDirectory(prefix="bench_lmcache_") as tmp:
         scratch = Path(tmp)
         log = scratch / "lookup_hashes_mooncake.jsonl"

@@ -24,14 +24,13 @@ from litehit_service.offline.traces import (
     LMCacheTrace,
     ModelInfo,
     TraceEvent,
-    _hex_records_to_keys,
-    _LMCacheReader,
-    _many_seconds_to_ns,
-    _seconds_to_ns,
     read_lmcache,
     read_mooncake,
     trace_lines,
 )
+from litehit_service.offline.traces.lmcache import LMCacheLoader
+from litehit_service.offline.traces.lmcache_columns import hex_records_to_keys, many_seconds_to_ns
+from litehit_service.offline.traces.lmcache_fields import seconds_to_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
@@ -60,14 +59,14 @@ def old_key(text: str) -> int:
 
 
 def reference(path: Path, model: str | None = None, kv: int | None = None) -> Any:
-    """Every line through the reference parser (``_LMCacheReader._line``), then
+    """Every line through the reference parser (``LMCacheLoader.line``), then
     read_lmcache's last steps; the result's (events, models), or the error text."""
-    reader = _LMCacheReader(model, kv)
+    reader = LMCacheLoader(model, kv)
     try:
         with open(path, "rb") as fh:
             lines = chain.from_iterable(trace_lines(fh, str(path), DEFAULT_MAX_LINE_BYTES))
             for line_no, text in enumerate(lines, 1):
-                reader._line(text, line_no, str(path))
+                reader.line(text, line_no, str(path))
     except LocatedError as exc:
         return str(exc)
     if model is not None and not reader.events:
@@ -87,7 +86,7 @@ def fast(path: Path, model: str | None = None, kv: int | None = None) -> Any:
 
 def column_lines(path: Path, model: str | None = None, kv: int | None = None) -> int:
     """How many lines of ``path`` the reader takes column-wise."""
-    reader = _LMCacheReader(model, kv)
+    reader = LMCacheLoader(model, kv)
     with open(path, "rb") as fh:
         reader.read(fh, str(path), DEFAULT_MAX_LINE_BYTES)
     return reader.column_lines
@@ -217,22 +216,22 @@ def test_any_width_or_prefix_gives_the_old_keys(tmp_path: Path) -> None:
 
 def test_hex_records_decoder() -> None:
     rec = b'"0x00000000000000ff", "0xffffffffffffffff", '
-    assert _hex_records_to_keys(rec, 2, 18, b", ") == [255, -1]
-    assert _hex_records_to_keys(b'"0x0102",', 1, 6, b",") == [0x0102]
+    assert hex_records_to_keys(rec, 2, 18, b", ") == [255, -1]
+    assert hex_records_to_keys(b'"0x0102",', 1, 6, b",") == [0x0102]
     wide = b'"0x' + b"ab" * 8 + b"8000000000000001" + b'",'
-    assert _hex_records_to_keys(wide, 1, 34, b",") == [-(2**63) + 1]
-    assert _hex_records_to_keys(b'"0x012",', 1, 5, b",") is None  # odd digit count
-    assert _hex_records_to_keys(b'"0x01 2",', 1, 6, b",") is None  # fromhex skips spaces
-    assert _hex_records_to_keys(b'"0X0102","0X00fF",', 2, 6, b",") == [0x0102, 0xFF]
-    assert _hex_records_to_keys(b'"0102","00fF",', 2, 4, b",") == [0x0102, 0xFF]
-    assert _hex_records_to_keys(b'"0x0102","0X00ff",', 2, 6, b",") is None  # mixed prefixes
-    assert _hex_records_to_keys(b'"0x0102","000fff",', 2, 6, b",") is None
-    assert _hex_records_to_keys(b'"000fff","0x0102",', 2, 6, b",") is None
-    assert _hex_records_to_keys(b'"0x01g2",', 1, 6, b",") is None
-    assert _hex_records_to_keys(b'"0x",', 1, 2, b",") is None
-    assert _hex_records_to_keys(b"", 0, 6, b",") is None
-    assert _hex_records_to_keys(b'"0x0102";', 1, 6, b",") is None
-    assert _hex_records_to_keys(b'"0x0102",', 2, 6, b",") is None  # wrong count
+    assert hex_records_to_keys(wide, 1, 34, b",") == [-(2**63) + 1]
+    assert hex_records_to_keys(b'"0x012",', 1, 5, b",") is None  # odd digit count
+    assert hex_records_to_keys(b'"0x01 2",', 1, 6, b",") is None  # fromhex skips spaces
+    assert hex_records_to_keys(b'"0X0102","0X00fF",', 2, 6, b",") == [0x0102, 0xFF]
+    assert hex_records_to_keys(b'"0102","00fF",', 2, 4, b",") == [0x0102, 0xFF]
+    assert hex_records_to_keys(b'"0x0102","0X00ff",', 2, 6, b",") is None  # mixed prefixes
+    assert hex_records_to_keys(b'"0x0102","000fff",', 2, 6, b",") is None
+    assert hex_records_to_keys(b'"000fff","0x0102",', 2, 6, b",") is None
+    assert hex_records_to_keys(b'"0x01g2",', 1, 6, b",") is None
+    assert hex_records_to_keys(b'"0x",', 1, 2, b",") is None
+    assert hex_records_to_keys(b"", 0, 6, b",") is None
+    assert hex_records_to_keys(b'"0x0102";', 1, 6, b",") is None
+    assert hex_records_to_keys(b'"0x0102",', 2, 6, b",") is None  # wrong count
 
 
 @settings(max_examples=300, deadline=None)
@@ -248,7 +247,7 @@ def test_hex_records_decoder() -> None:
     )
 )
 def test_many_seconds_to_ns_is_exact(seconds: list[float]) -> None:
-    assert _many_seconds_to_ns(seconds) == [_seconds_to_ns(s) for s in seconds]
+    assert many_seconds_to_ns(seconds) == [seconds_to_ns(s) for s in seconds]
 
 
 # ------------------------------------------------------------------ fast path = reference

@@ -1,7 +1,7 @@
 """The offline tools: trace files through the same manager as the service, in process.
 
 - :mod:`~litehit_service.offline.traces`: readers of the standard, Mooncake and LMCache
-  formats;
+  formats, one module per format behind a registry by format name;
 - :mod:`~litehit_service.offline.config`: the ``litehit replay`` configuration;
 - :mod:`~litehit_service.offline.replay`: the replay into a facts ledger;
 - :mod:`~litehit_service.offline.query` and :mod:`~litehit_service.offline.curve`: the
