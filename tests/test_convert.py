@@ -18,14 +18,6 @@ from litehit_service.offline.traces import read_mooncake, read_standard
 
 ROOT = Path(__file__).resolve().parents[1]
 
-REAL_MOONCAKE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "traces"
-    / "mooncake"
-    / "conversation_trace.jsonl"
-)
-
 MOONCAKE_SAMPLE = [
     '{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [7, 8, 9]}',
     "",
@@ -401,10 +393,11 @@ def test_convert_missing_and_empty_inputs(
     assert not list(tmp_path.glob("*.tmp"))
 
 
-@pytest.mark.skipif(not REAL_MOONCAKE.exists(), reason="shared Mooncake trace not present")
-def test_convert_real_mooncake_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_convert_real_mooncake_trace(
+    mooncake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "trace.jsonl"
-    assert main(["convert", "--from", "mooncake", str(REAL_MOONCAKE), "-o", str(out)]) == 0
+    assert main(["convert", "--from", "mooncake", str(mooncake), "-o", str(out)]) == 0
     events = list(read_standard(out))
     assert len(events) == 12_031
     assert sum(len(e.keys) for e in events) == 276_491

@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import mooncake_trace
 
 from litehit_core import FactRow, FactsWriter, LiteHit, query_facts, read_facts
 from litehit_core.errors import InvalidRequestError
@@ -25,8 +26,6 @@ from litehit_service.offline.plot import sample_curve
 
 GIB = 1024**3
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-MOONCAKE = SHARED / "traces/mooncake/conversation_trace.jsonl"
 A, B, C, D, E = 1, 2, 3, 4, 5
 WORKED_REQUESTS = [([A, B, C], 13), ([A, B, D], 12), ([A, B, C], 13), ([A, E], 8), ([A, E], 8)]
 # instance -> (block_size_tokens, block_bytes, key range): different sizes on purpose
@@ -419,11 +418,10 @@ def test_cli_option_errors(
 
 @pytest.fixture(scope="module")
 def mooncake_facts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not MOONCAKE.exists():
-        pytest.skip(f"{MOONCAKE} not present (see README: traces)")
+    trace = mooncake_trace()
     engine = LiteHit()
     path = tmp_path_factory.mktemp("mooncake") / "litehit_facts.csv"
-    with FactsWriter(path) as writer, open(MOONCAKE, encoding="utf-8") as fh:
+    with FactsWriter(path) as writer, open(trace, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):
             if not line.strip():
                 continue

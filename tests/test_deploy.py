@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import require, require_binary
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -342,8 +343,8 @@ def _compose_command() -> list[str] | None:
 
 def test_compose_config_validates_and_resolves_defaults() -> None:
     cmd = _compose_command()
-    if cmd is None:
-        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    require(cmd is not None, "neither docker-compose nor the docker compose plugin is installed")
+    assert cmd is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAFANA_", "COMPOSE_"))}
     base = [*cmd, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE), "config"]
     refused = subprocess.run([*base, "-q"], capture_output=True, text=True, env=env, timeout=120)
@@ -374,9 +375,7 @@ def test_prometheus_config_scrapes_litehit_metrics_port(compose: dict[str, Any])
 
 
 def test_promtool_accepts_prometheus_config() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed (apt-get install prometheus)")
+    promtool = require_binary("promtool")  # Debian's prometheus package (.ci/run)
     result = subprocess.run(
         [promtool, "check", "config", str(PROMETHEUS_FILE)],
         capture_output=True,
@@ -581,9 +580,7 @@ def test_dashboard_metric_names_are_exactly_the_exported_ones() -> None:
 def test_every_dashboard_expression_is_valid_promql(
     dashboard: dict[str, Any], tmp_path: Path
 ) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed (apt-get install prometheus)")
+    promtool = require_binary("promtool")  # Debian's prometheus package (.ci/run)
     exprs = dashboard_names.dashboard_expressions(dashboard)
     assert len(exprs) == 16
     rules = [

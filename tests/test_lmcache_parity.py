@@ -1,10 +1,11 @@
 """`litehit simulate|sweep --touch-order head-first` against LMCache's own cache simulator
 (lmcache 0.5.6, standard library only), when its modules are here: an unpacked wheel in
 ``$LMCACHE_WHEEL_DIR`` or ``../lmc/wheel`` beside the checkout (``.ci/run`` downloads and
-unpacks it). Skipped otherwise; the naive oracle in test_simulate.py always runs.
+unpacks it). Skipped otherwise, failed under CI (``CI`` set: tests/conftest.py
+``require``); the naive oracle in test_simulate.py always runs.
 
 Every line LMCache's report prints must be the line LiteHit prints, at many capacities, on
-the checked-in log and (when ../shared is present) on the Mooncake conversation trace.
+the checked-in log and on the Mooncake conversation trace (``../shared``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from conftest import require
 from test_lmcache_reader import load_bench_trace
 from test_simulate import FIXTURE, KV
 
@@ -30,13 +32,14 @@ from litehit_service.offline.simulate import (
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = Path(os.environ.get("LMCACHE_WHEEL_DIR", ROOT.parent / "lmc" / "wheel"))
-MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 
 
 @pytest.fixture(scope="module")
 def lmcache():
-    if not (WHEEL / "lmcache/tools/cache_simulator/simulator.py").is_file():
-        pytest.skip(f"no unpacked lmcache wheel at {WHEEL} (set LMCACHE_WHEEL_DIR)")
+    require(
+        (WHEEL / "lmcache/tools/cache_simulator/simulator.py").is_file(),
+        f"no unpacked lmcache wheel at {WHEEL} (set LMCACHE_WHEEL_DIR)",
+    )
     sys.path.insert(0, str(WHEEL))
     logging.disable(logging.WARNING)  # lmcache/__init__ warns that torch is absent
     try:
@@ -81,10 +84,8 @@ def test_sweep_equals_lmcache(lmcache) -> None:
     assert [p["hit_rate"] for p in got] == want
 
 
-def test_mooncake_report_equals_lmcache(lmcache, tmp_path: Path) -> None:
-    if not MOONCAKE.is_file():
-        pytest.skip(f"{MOONCAKE} is absent")
+def test_mooncake_report_equals_lmcache(lmcache, mooncake: Path, tmp_path: Path) -> None:
     trace = load_bench_trace()
     log = tmp_path / "lookup_hashes_0.jsonl"
-    trace.write_lmcache_log(log, trace.mooncake_requests(MOONCAKE))
+    trace.write_lmcache_log(log, trace.mooncake_requests(mooncake))
     assert_same_report(lmcache[0], log, [64 << 30, 1000 << 20])

@@ -33,7 +33,6 @@ from litehit_service.offline.traces.lmcache_columns import hex_records_to_keys, 
 from litehit_service.offline.traces.lmcache_fields import seconds_to_ns
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL_MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 MIB = 1 << 20
 FP16 = (["torch.float16"], [[2, 32, 256, 8, 128]])  # 32 MiB per 256-token chunk
 
@@ -153,13 +152,12 @@ def test_writer_options_and_errors(tmp_path: Path) -> None:
         write_lmcache_log(path, [], chunk_size=0)
 
 
-@pytest.mark.skipif(not REAL_MOONCAKE.exists(), reason="shared Mooncake trace not present")
-def test_mooncake_as_lmcache_log_round_trip(tmp_path: Path) -> None:
+def test_mooncake_as_lmcache_log_round_trip(mooncake: Path, tmp_path: Path) -> None:
     path = tmp_path / "lookup_hashes_mooncake.jsonl"
-    assert write_lmcache_log(path, bench_trace.mooncake_requests(REAL_MOONCAKE)) == 12_031
+    assert write_lmcache_log(path, bench_trace.mooncake_requests(mooncake)) == 12_031
     trace = read_lmcache(path)
     assert column_lines(path) == 12_031  # every line column-wise
-    moon = list(read_mooncake(REAL_MOONCAKE, 512))
+    moon = list(read_mooncake(mooncake, 512))
     by_id = {e.trace_id: e for e in trace.events}
     assert len(by_id) == len(moon) == 12_031
     for i, m in enumerate(moon):

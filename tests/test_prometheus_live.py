@@ -2,24 +2,25 @@
 
 Needs the ``prometheus`` and ``promtool`` binaries (Debian package ``prometheus``; .ci/run
 installs it). Skipped locally when they are missing; under CI (``CI`` set) a missing
-binary is a failure, so the test can never silently vanish from the pipeline.
+binary is a failure (tests/conftest.py ``require``), so the test can never silently vanish
+from the pipeline. Prometheus listens on port 0; its bound port is read back from its log.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import random
-import shutil
-import socket
+import re
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import require_binary
 from oracle import NaiveLRU, tree_trace
 from serve_process import ServeProcess
 
@@ -36,18 +37,24 @@ GIB = 1024**3
 
 
 def _need(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is not installed; .ci/run must apt-get install prometheus")
-        pytest.skip(f"{binary} not installed")
-    return path
+    return require_binary(binary)  # .ci/run: apt-get install prometheus
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LISTENING = re.compile(r'msg="Listening on" address=(\S+)')
+
+
+def _listening_address(prom: subprocess.Popen[str], errors: list[str]) -> str:
+    """The address Prometheus started on port 0 bound, from its "Listening on" log line
+    (stderr, read by a thread into ``errors``)."""
+    deadline = time.monotonic() + 60
+    while True:
+        for line in list(errors):
+            found = LISTENING.search(line)
+            if found:
+                return found.group(1)
+        assert prom.poll() is None, "".join(errors)
+        assert time.monotonic() < deadline, "Prometheus never said where it listens"
+        time.sleep(0.1)
 
 
 def _get(url: str, timeout: float = 5.0) -> bytes:
@@ -131,7 +138,6 @@ def test_prometheus_scrapes_litehit(litehit_server, tmp_path):
     missing = names.dashboard_metric_names() - names.exposed_metric_names(page.decode())
     assert not missing, f"dashboard uses metrics the service does not export: {missing}"
 
-    port = _free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
@@ -147,17 +153,21 @@ def test_prometheus_scrapes_litehit(litehit_server, tmp_path):
             prometheus,
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.listen-address=127.0.0.1:0",  # the bound port is read back from its log
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        text=True,
     )
-    base = f"http://127.0.0.1:{port}"
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(prom.stderr), daemon=True)
+    reader.start()
     try:
+        base = f"http://{_listening_address(prom, errors)}"
         deadline = time.monotonic() + 60
         result: list[dict] = []
         while time.monotonic() < deadline:
-            assert prom.poll() is None, prom.stderr.read().decode()
+            assert prom.poll() is None, "".join(errors)
             try:
                 result = _query(base, 'litehit_trace_queries_total{instance_id="i1"}')
             except OSError:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 from test_replay import ev, group, instance, setup
 
 from litehit_service.cli import main
@@ -19,7 +20,12 @@ from litehit_service.offline.lanes import LaneSpec, replay_lane
 from litehit_service.offline.replay import run_replay
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
-needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install '.[ray]')")
+needs_ray = pytest.mark.usefixtures("ray_installed")
+
+
+@pytest.fixture
+def ray_installed() -> None:
+    require(HAVE_RAY, "ray is not installed (pip install '.[ray]')")
 
 
 @pytest.fixture(scope="module")

@@ -47,9 +47,6 @@ GIB = 1024**3
 SLOT2 = 2048 / GIB  # 2 blocks of 1024 bytes
 SLOT3 = 3072 / GIB  # 3 blocks of 1024 bytes
 A, B, C, D, E = 1, 2, 3, 4, 5
-MOONCAKE = (
-    Path(__file__).resolve().parents[2] / "shared" / "traces/mooncake/conversation_trace.jsonl"
-)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -854,13 +851,12 @@ def test_entry_parsers_are_reusable_with_a_prefix() -> None:
 # ----------------------------------------------------------------------------- real trace
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason=f"{MOONCAKE} not present")
-def test_mooncake_conversation_trace_hit_rates(tmp_path: Path) -> None:
+def test_mooncake_conversation_trace_hit_rates(mooncake: Path, tmp_path: Path) -> None:
     # 1 MiB blocks: capacity_gb = blocks / 1024 is exact, so the slots are 1708/17089/85449.
     caps = [1708 / 1024, 17089 / 1024, 85449 / 1024]
     config = replay_config_from_dict(
         {
-            "trace_file_path": str(MOONCAKE),
+            "trace_file_path": str(mooncake),
             "output_result_path": "out",
             "block_size": 512,
             "trace_format": "mooncake",

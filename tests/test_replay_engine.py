@@ -10,15 +10,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import require
 from test_manager import make_reg, new_manager
 from test_ray_executor import HAVE_RAY, random_trace
 from test_replay import FAIL_CASES, assert_nothing_published, cli, ev, group, instance, setup
 
 from litehit_core.compact_lite_hit import CompactLiteHit
+from litehit_core.engine import AUTO_COMPACT_BYTES
 from litehit_core.lite_hit import LiteHit
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.offline.config import load_config
-from litehit_core.engine import AUTO_COMPACT_BYTES
 from litehit_service.offline.replay import lru_engine_for, run_replay
 
 
@@ -54,8 +55,8 @@ def without_memory(summary) -> list:
     ]
 
 
-@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (pip install '.[ray]')")
 def test_ray_lanes_use_the_chosen_engine(tmp_path: Path) -> None:
+    require(HAVE_RAY, "ray is not installed (pip install '.[ray]')")
     from litehit_service.offline.lanes import LaneSpec, replay_lane
 
     loaded = load_config(

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -17,11 +14,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import LiveServer, require_binary, reserved_port, run_cli
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-from serve_process import ServeProcess, serve_env
+from serve_process import ServeProcess
 
 from litehit_core import LocatedError
 from litehit_service import messages as pb2
@@ -33,7 +31,6 @@ from litehit_service.commands import serve as serve_cmd
 from litehit_service.entries import load_groups_file
 from litehit_service.errors import InvalidArgument
 from litehit_service.manager import OnlineOptimizerManager
-from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
@@ -46,7 +43,6 @@ from litehit_service.server import create_server
 from litehit_service.service import apply_groups
 from litehit_service.servicer import OptimizerServicer
 
-ROOT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
 CAP1, CAP2 = 1024 / GIB, 2048 / GIB  # 1 and 2 blocks of 1024 bytes: different hits
 LRU = pb2.OPTIMIZER_EVICTION_POLICY_LRU
@@ -57,27 +53,13 @@ EXAMPLE_REG = InstanceRegistration(
 )
 
 
-class Live:
-    """A started server around a real manager (SQLite registry in a temp dir)."""
+class Live(LiveServer):
+    """A :class:`LiveServer` around a manager with a SQLite registry in ``tmp_path``."""
 
-    def __init__(self, tmp_path: Path, **server_kwargs) -> None:
-        max_block_keys = server_kwargs.pop("max_block_keys", 1_000_000)
-        self.registry = Registry(tmp_path / "litehit.sqlite3")
-        self.manager = OnlineOptimizerManager(
-            self.registry, QueryPolicy(max_block_keys=max_block_keys)
-        )
-        self.metrics = ServiceMetrics(self.manager)
-        self.server = create_server(self.manager, self.metrics, "127.0.0.1:0", **server_kwargs)
-        self.port = self.server.start().port
-        self.target = f"127.0.0.1:{self.port}"
-
-    def client(self, **kwargs) -> OptimizerClient:
-        kwargs.setdefault("timeout", 5.0)
-        return OptimizerClient(self.target, **kwargs)
-
-    def stop(self) -> None:
-        self.server.stop()
-        self.registry.close()
+    def __init__(self, tmp_path: Path, max_block_keys: int = 1_000_000, **options) -> None:
+        registry = Registry(tmp_path / "litehit.sqlite3")
+        manager = OnlineOptimizerManager(registry, QueryPolicy(max_block_keys=max_block_keys))
+        super().__init__(manager, registry=registry, **options)
 
 
 @pytest.fixture
@@ -428,14 +410,12 @@ def test_health_and_reflection(live: Live, client: OptimizerClient):
 # ------------------------------------------------------------------------------- client retries
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_client_retries_until_a_late_server_is_up(tmp_path: Path):
-    port = _free_port()
+    with reserved_port() as port:  # refused until the late server listens on it
+        _retry_until_a_late_server_is_up(port)
+
+
+def _retry_until_a_late_server_is_up(port: int) -> None:
     manager = OnlineOptimizerManager()
     manager.create_group(InstanceGroup("late", (1.0,)))
     started = threading.Event()
@@ -519,12 +499,12 @@ def test_client_does_not_retry_other_errors(live: Live):
 # ------------------------------------------------------------------------------- TLS
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls(tmp_path: Path):
+    openssl = require_binary("openssl")  # .ci/run installs it
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
         [
-            "openssl",
+            openssl,
             "req",
             "-x509",
             "-newkey",
@@ -753,17 +733,6 @@ def test_format_helpers():
 # ------------------------------------------------------------------------------- litehit serve
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "litehit_service", *args],
-        capture_output=True,
-        text=True,
-        env=serve_env(),
-        cwd=ROOT,
-        timeout=60,
-    )
-
-
 def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path: Path):
     data_dir = tmp_path / "data"
     groups_file = tmp_path / "groups.yaml"
@@ -792,9 +761,9 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
         assert (
             'litehit_trace_queries_total{instance_group="g",instance_id="inst"} 5.0' in metrics_text
         )
-        health = _cli("health", "--server", server.grpc)
+        health = run_cli("health", "--server", server.grpc)
         assert (health.returncode, health.stdout) == (0, "SERVING\n")
-        table = _cli("instances", "--server", server.grpc)
+        table = run_cli("instances", "--server", server.grpc)
         assert table.returncode == 0
         assert table.stdout.splitlines()[1].split()[:6] == [
             "inst",
@@ -809,7 +778,7 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
         server.kill()
     assert code == 0, server.stderr()
     assert list(server.lines.queue) == ["litehit stopped\n", None]
-    down = _cli("health", "--server", server.grpc, "--timeout", "1")
+    down = run_cli("health", "--server", server.grpc, "--timeout", "1")
     assert down.returncode == 1
     assert "unreachable" in down.stderr
 
@@ -847,7 +816,7 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
 def test_litehit_serve_reports_start_up_errors(tmp_path: Path):
     bad = tmp_path / "groups.yaml"
     bad.write_text("instance_groups:\n  - name: g\n    capacity_gb: []\n    eviction_policy: lru\n")
-    result = _cli(
+    result = run_cli(
         "serve",
         "--listen",
         "127.0.0.1:0",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require
 from long_lines import fact, std
 
 from litehit_core import FACTS_HEADER, FactRow, FactsWriter, read_facts
@@ -288,11 +289,11 @@ def test_replay_stopped_by_a_signal_leaves_no_temporary(
     assert (out / "litehit_facts.csv").read_text(encoding="utf-8") == PREVIOUS
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to see the workers")
 @pytest.mark.parametrize(("signum", "code", "message"), SIGNALS, ids=["SIGTERM", "SIGINT"])
 def test_replay_workers_leave_the_signal_to_the_replay(
     tmp_path: Path, signum: int, code: int, message: str
 ) -> None:
+    require(os.path.isdir("/proc"), "no /proc to see the workers")
     # Ctrl-C in a terminal or a kill of the process group reaches the parse workers too:
     # they ignore it, the replay cleans up and shuts them down, no worker traceback.
     fifo = tmp_path / "trace.jsonl"

@@ -22,14 +22,6 @@ from litehit_service.offline.traces import (
     read_standard,
 )
 
-REAL_MOONCAKE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "traces"
-    / "mooncake"
-    / "conversation_trace.jsonl"
-)
-
 
 def write_lines(path: Path, lines: list[str]) -> str:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -194,9 +186,8 @@ def test_reader_reports_invalid_utf8_with_its_line(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(not REAL_MOONCAKE.exists(), reason="shared Mooncake trace not present")
-def test_real_mooncake_conversation_trace() -> None:
-    events = list(read_mooncake(REAL_MOONCAKE))
+def test_real_mooncake_conversation_trace(mooncake: Path) -> None:
+    events = list(read_mooncake(mooncake))
     assert len(events) == 12_031
     assert sum(len(e.keys) for e in events) == 276_491
     assert events[0] == TraceEvent(1, "request", "default", "1", 0, list(range(13)), 6758)
