@@ -8,81 +8,17 @@ back from its first line; one listening on 0.0.0.0 is reached through 127.0.0.1.
 from __future__ import annotations
 
 import os
-import queue
-import signal
 import stat
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import grpc
 import pytest
+from served import Served
 
 from litehit_service import messages as pb2
 from litehit_service.access import ADMIN_TOKEN_FILE, is_loopback_host
 from litehit_service.cli import main as litehit_main
-from litehit_service.client import OptimizerClient
 from litehit_service.model import InstanceGroup
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class Served:
-    """``python -m litehit_service serve --listen HOST:0 ...``: the announced port, reached on
-    127.0.0.1; :meth:`stop` (SIGTERM) returns the exit code and keeps stderr in ``log``."""
-
-    def __init__(self, listen_host: str, *args: str, env: dict[str, str] | None = None) -> None:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("LITEHIT_")}
-        environ["PYTHONPATH"] = str(ROOT) + os.pathsep + environ.get("PYTHONPATH", "")
-        environ.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "litehit_service", "serve", "--listen", f"{listen_host}:0",
-             "--metrics-listen", "127.0.0.1:0", "--grace-seconds", "1", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environ,
-            cwd=ROOT,
-        )  # fmt: skip
-        self._errors: list[str] = []
-        self._reader = threading.Thread(
-            target=lambda: self._errors.extend(self.proc.stderr), daemon=True
-        )
-        self._reader.start()
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(
-            target=lambda: lines.put(self.proc.stdout.readline()),  # type: ignore[union-attr]
-            daemon=True,
-        ).start()
-        try:
-            first = lines.get(timeout=120)
-        except queue.Empty:
-            first = ""  # printed nothing: killed below
-        if not first.startswith("litehit serving grpc="):
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            self._reader.join(timeout=10)
-            raise AssertionError(f"litehit serve did not start: {''.join(self._errors)}")
-        fields = dict(part.split("=", 1) for part in first.split()[2:])
-        self.announced = fields["grpc"]
-        self.target = f"127.0.0.1:{self.announced.rpartition(':')[2]}"
-        self.log = ""
-
-    def client(self, admin_token: str | None = None) -> OptimizerClient:
-        return OptimizerClient(self.target, admin_token=admin_token, retries=0, timeout=10)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        self._reader.join(timeout=10)
-        self.log = "".join(self._errors)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
 
 
 def _create_refused(served: Served, admin_token: str | None, name: str) -> grpc.StatusCode:
