@@ -7,7 +7,6 @@ continuously and readable while the server runs.
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import subprocess
@@ -16,16 +15,16 @@ import threading
 import time
 from pathlib import Path
 
-from litehit_service.client import OptimizerClient
+from serve_process import ROOT, serve_env
 
-ROOT = Path(__file__).resolve().parents[1]
+from litehit_service.client import OptimizerClient
 
 
 class Served:
     """``python -m litehit_service serve --listen HOST:0 --metrics-listen 127.0.0.1:0 ARGS``.
 
     ``args`` may repeat ``--listen``/``--metrics-listen`` (the last one wins). ``env`` is
-    added to an environment without any ``LITEHIT_*`` variable. ``tls_ca`` makes
+    added to :func:`serve_process.serve_env` (no ``LITEHIT_*`` variable). ``tls_ca`` makes
     :meth:`client` speak TLS. :meth:`stop` (SIGTERM) returns the exit code.
     """
 
@@ -36,9 +35,7 @@ class Served:
         env: dict[str, str] | None = None,
         tls_ca: str | Path | None = None,
     ) -> None:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("LITEHIT_")}
-        environ["PYTHONPATH"] = str(ROOT) + os.pathsep + environ.get("PYTHONPATH", "")
-        environ.update(env or {})
+        environ = serve_env() | (env or {})
         self.argv = ["serve", "--listen", f"{listen_host}:0", "--metrics-listen", "127.0.0.1:0",
                      "--grace-seconds", "1", *args]  # fmt: skip
         self.tls_ca = tls_ca

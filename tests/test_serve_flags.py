@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from conftest import require_binary, scrape
 from served import Served
 
 from litehit_service import messages as pb2
@@ -118,8 +118,15 @@ def _prepare_files(tmp: Path) -> None:
     (tmp / "groups.yaml").write_text(GROUPS_YAML, encoding="utf-8")
     (tmp / "query-token").write_text(QUERY_FROM_FILE + "\n", encoding="utf-8")
     (tmp / "admin-token").write_text(ADMIN_FROM_FILE + "\n", encoding="utf-8")
+
+
+def _make_certificate(tmp: Path) -> None:
+    """A self-signed certificate for 127.0.0.1 (``cert.pem``, ``key.pem``): openssl is a
+    prerequisite of the TLS server only (skipped locally without it, a failure under CI)."""
+    if (tmp / "cert.pem").exists():
+        return
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        [require_binary("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
          "-keyout", str(tmp / "key.pem"), "-out", str(tmp / "cert.pem"), "-subj", "/CN=localhost",
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
         check=True,
@@ -138,7 +145,10 @@ class Servers:
     def __getitem__(self, name: str) -> Served:
         if name not in self.running:
             host, argv = _command_line(name, self.tmp)
-            tls_ca = self.tmp / "cert.pem" if "--tls-cert" in argv else None
+            tls_ca = None
+            if "--tls-cert" in argv:
+                _make_certificate(self.tmp)
+                tls_ca = self.tmp / "cert.pem"
             self.running[name] = Served(host, *argv, tls_ca=tls_ca)
         return self.running[name]
 
@@ -417,15 +427,10 @@ def check_snapshot_interval_seconds(servers: Servers) -> None:
 
 
 def check_curve_grid_points(servers: Servers) -> None:
-    served = servers["limits"]
-    with urllib.request.urlopen(f"http://{served.metrics}/metrics", timeout=30) as response:
-        text = response.read().decode()
     capacities = {
-        sample.labels["capacity_bytes"]
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "litehit_curve_hit_tokens_total"
-        and sample.labels.get("instance_id") == "inst"
+        dict(labels)["capacity_bytes"]
+        for name, labels in scrape(servers["limits"].metrics)
+        if name == "litehit_curve_hit_tokens_total" and ("instance_id", "inst") in labels
     }
     assert len(capacities) == 3
 
