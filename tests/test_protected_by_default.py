@@ -8,7 +8,9 @@ back from its first line; one listening on 0.0.0.0 is reached through 127.0.0.1.
 from __future__ import annotations
 
 import os
+import socket
 import stat
+import threading
 from pathlib import Path
 
 import grpc
@@ -19,6 +21,8 @@ from litehit_service import messages as pb2
 from litehit_service.access import ADMIN_TOKEN_FILE, is_loopback_host
 from litehit_service.cli import main as litehit_main
 from litehit_service.model import InstanceGroup
+from litehit_service.server import ServerOptions
+from litehit_service.service import ServerConfig, serve
 
 
 def _create_refused(served: Served, admin_token: str | None, name: str) -> grpc.StatusCode:
@@ -181,3 +185,38 @@ def test_an_empty_token_file_fails_the_start_and_names_it(tmp_path: Path) -> Non
         Served("0.0.0.0", "--data-dir", str(data))
     assert str(data / ADMIN_TOKEN_FILE) in str(info.value)
     assert (data / ADMIN_TOKEN_FILE).read_text(encoding="utf-8") == "\n"  # never overwritten
+
+
+def test_a_failed_start_removes_the_token_it_made(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The token file is part of what a failed start removes again (here: the metrics port
+    is taken after the token was made); a server beyond loopback, in this process."""
+    data = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = ServerConfig(
+            listen="0.0.0.0:0", metrics_listen=f"127.0.0.1:{port}", data_dir=str(data)
+        )
+        with (
+            caplog.at_level("INFO", logger="litehit_service.service"),
+            pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port} \\(metrics\\)"),
+        ):
+            serve(config, stop=threading.Event())
+    made = data.resolve() / ADMIN_TOKEN_FILE
+    assert f"admin RPCs need the admin token in {made} (created;" in caplog.text
+    assert sorted(tmp_path.rglob("*")) == []  # the token made, then removed; no data dir
+
+
+def test_serve_refuses_open_admin_with_an_admin_token(tmp_path: Path) -> None:
+    config = ServerConfig(
+        listen="0.0.0.0:0",
+        data_dir=str(tmp_path / "data"),
+        server=ServerOptions(admin_token="t"),
+        open_admin=True,
+    )
+    with pytest.raises(ValueError, match="open_admin contradicts an admin token"):
+        serve(config, stop=threading.Event())
+    assert not (tmp_path / "data").exists()
