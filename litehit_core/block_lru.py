@@ -31,13 +31,15 @@ from typing import NamedTuple
 import numpy as np
 
 from litehit_core.errors import InvalidRequestError
-from litehit_core.hybrid import _HEAD, _LIVE_F, _NOSTATE, HybridLRU, _distinct, _process_batch
+from litehit_core.hybrid import HybridLRU
+from litehit_core.kernels import distinct_keys
 from litehit_core.model import TOUCH_ORDERS, RequestFact
 from litehit_core.state import EngineState
 
-__all__ = ["TOUCH_ORDERS", "BatchResult", "BlockLRU"]
+__all__ = ["TOUCH_ORDERS", "TOUCH_ORDER_MODELS", "BatchResult", "BlockLRU"]
 
-_MODELS = {"tail-first": "lru-tail-first", "head-first": "lru-head-first"}
+TOUCH_ORDER_MODELS = {"tail-first": "lru-tail-first", "head-first": "lru-head-first"}
+"""The model name the states of an engine of each touch order carry."""
 
 
 class BatchResult(NamedTuple):
@@ -70,18 +72,17 @@ class BlockLRU(HybridLRU):
                 f"touch_order must be one of {list(TOUCH_ORDERS)}, got {touch_order!r}"
             )
         super().__init__(1, 1, 1, ttl_ns, max_tracked_blocks)
-        self._meta[_HEAD] = touch_order == "head-first"
-        self._meta[_NOSTATE] = 1
-        self.model = _MODELS[touch_order]
+        self._blocks_only(touch_order == "head-first")
+        self.model = TOUCH_ORDER_MODELS[touch_order]
 
     @property
     def touch_order(self) -> str:
         """``"head-first"`` or ``"tail-first"``."""
-        return "head-first" if self._meta[_HEAD] else "tail-first"
+        return "head-first" if self._head_first() else "tail-first"
 
     def tracked_bytes(self, block_bytes: int = 0) -> int:
         """Bytes of every tracked block, blocks of ``block_bytes``. O(1)."""
-        return int(self._meta[_LIVE_F]) * block_bytes
+        return self.current_unique_blocks() * block_bytes
 
     def process_with_depths(
         self, block_keys: Sequence[int], now_ns: int = 0
@@ -89,7 +90,7 @@ class BlockLRU(HybridLRU):
         """:meth:`process_request` plus two int64 arrays: the snapshot depth of each cached
         prefix block (head first, as long as blocks are tracked) and, in touch order, each
         touch's depth just before it (-1: not tracked). O(n log U)."""
-        keys = _distinct(block_keys)
+        keys = distinct_keys(block_keys)
         n = keys.shape[0]
         depths = np.full(n, -1, np.int64)
         touches = np.zeros(n, np.int64)
@@ -116,15 +117,7 @@ class BlockLRU(HybridLRU):
         counts = np.zeros(requests, np.int64)
         depths = np.full(total, -1, np.int64)
         touches = np.zeros(total, np.int64)
-        first = 0
-        while True:
-            first = _process_batch(self._meta, self._ftk, self._ftv, self._ltk, self._ltv,
-                                   self._fen, self._fcnt, self._pkey, self._pkind, self._ptime,
-                                   keys, offsets, times, thr, hits, counts, depths, touches,
-                                   first)  # fmt: skip
-            if first < 0:
-                break
-            self._make_room(int(offsets[first + 1] - offsets[first]))
+        self._run_batch(keys, offsets, times, thr, hits, counts, depths, touches)
         return BatchResult(offsets, thr, hits, counts, depths, touches)
 
     @classmethod

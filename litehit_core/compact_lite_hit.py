@@ -47,10 +47,10 @@ import numpy as np
 from numba import njit
 
 from litehit_core.errors import InvalidRequestError
-from litehit_core.hybrid import _fen_add, _fen_prefix, _slot
-from litehit_core.lite_hit import _MODEL, _validated_arrays
+from litehit_core.kernels import fenwick_add, fenwick_prefix, home_slot, popcount
+from litehit_core.lite_hit import MODEL
 from litehit_core.model import HitCurveSegment, RequestFact, check_lru_parameters
-from litehit_core.state import EngineState
+from litehit_core.state import EngineState, validated_arrays
 
 __all__ = ["BatchFacts", "CompactLiteHit", "warm_up"]
 
@@ -63,28 +63,16 @@ _SLACK = 1 << 14  # positions of slack at each resize
 _MIN_TABLE = 1 << 10
 _MAX_LOAD_NUM, _MAX_LOAD_DEN = 7, 10  # rebuild the table past a load of 0.7
 _MAX_POSITIONS = (1 << 32) - 2  # table values are uint32 position + 1
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
 
 
 # --------------------------------------------------------------------------- numba core
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _popcount(x: np.uint64) -> np.int64:
-    x = x - ((x >> np.uint64(1)) & _M1)
-    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
-    x = (x + (x >> np.uint64(4))) & _M4
-    return np.int64((x * _H01) >> np.uint64(56))
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _find(tv: np.ndarray, kbp: np.ndarray, key: np.int64) -> np.int64:
     """The slot holding ``key`` or the empty slot ending its probe sequence. O(1) expected."""
     mask = tv.shape[0] - 1
-    i = _slot(key, mask)
+    i = home_slot(key, mask)
     while True:
         v = tv[i]
         if v == 0 or kbp[np.int64(v) - 1] == key:
@@ -99,7 +87,7 @@ def _dead_before(meta, dead, fen, p: np.int64) -> np.int64:
         return meta[_DEAD]
     w = p >> 6
     low = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-    return _fen_prefix(fen, w) + _popcount(dead[w] & low)
+    return fenwick_prefix(fen, w) + popcount(dead[w] & low)
 
 
 @njit(cache=True, nogil=True)
@@ -135,7 +123,7 @@ def _drop(meta, dead, fen, excess: np.int64) -> None:
     while True:
         w = p >> 6
         end = min((w + 1) << 6, t)
-        live = (end - p) - _popcount(dead[w] >> np.uint64(p & 63))
+        live = (end - p) - popcount(dead[w] >> np.uint64(p & 63))
         if live >= left:
             break
         left -= live
@@ -233,12 +221,12 @@ def _request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, 
         dead[w] |= np.uint64(1) << np.uint64(p & 63)
         if w != word:
             if count:
-                _fen_add(fen, word, count)
+                fenwick_add(fen, word, count)
             word = w
             count = 0
         count += 1
     if count:
-        _fen_add(fen, word, count)
+        fenwick_add(fen, word, count)
     fresh = 0
     for j in range(n):
         p = olds[j]
@@ -344,14 +332,14 @@ def _remap(meta, tv, dead) -> None:
     total = np.int64(0)
     for w in range(words):
         before[w] = total
-        total += _popcount(dead[w])
+        total += popcount(dead[w])
     for i in range(tv.shape[0]):
         v = np.int64(tv[i])
         if v:
             p = v - 1
             w = p >> 6
             low = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-            tv[i] = np.uint32(p - before[w] - _popcount(dead[w] & low) + 1)
+            tv[i] = np.uint32(p - before[w] - popcount(dead[w] & low) + 1)
 
 
 @njit(cache=True, nogil=True)
@@ -378,7 +366,7 @@ def _build_fenwick(dead, fen) -> None:
     """Fenwick tree of the per-word dead counts, in O(U / 64)."""
     m = fen.shape[0]
     for w in range(m):
-        fen[w] = _popcount(dead[w])
+        fen[w] = popcount(dead[w])
     for i in range(1, m + 1):
         j = i + (i & -i)
         if j <= m:
@@ -621,7 +609,7 @@ class CompactLiteHit:
             epoch = np.searchsorted(self._ep_pos[:nep], ordered, "right") - 1
             times = self._ep_time[:nep][epoch]
         return EngineState.exported(
-            _MODEL, keys, times, int(meta[_NOW]), self.expired_blocks, self.dropped_blocks
+            MODEL, keys, times, int(meta[_NOW]), self.expired_blocks, self.dropped_blocks
         )
 
     @classmethod
@@ -630,7 +618,7 @@ class CompactLiteHit:
         implementation) stopped; the same validation and errors as
         ``LiteHit.from_state``. O(n) for n keys."""
         engine = cls(ttl_ns=ttl_ns, max_tracked_blocks=max_tracked_blocks)
-        keys, starts, times = _validated_arrays(state, ttl_ns)
+        keys, starts, times = validated_arrays(state, MODEL, ttl_ns)
         n = len(keys)
         meta = engine._meta
         engine._positions(((2 * n + _SLACK) | 63) + 1)

@@ -40,13 +40,21 @@ import numpy as np
 from numba import njit
 
 from litehit_core.errors import InvalidRequestError
+from litehit_core.kernels import (
+    distinct_keys,
+    fenwick_add,
+    fenwick_prefix,
+    fenwick_search,
+    home_slot,
+)
 from litehit_core.model import MAX_OBJECT_BYTES, HitCurveStep, RequestFact
 from litehit_core.state import STATE_FORMAT_VERSION, EngineState
 
-__all__ = ["MAX_OBJECT_BYTES", "HybridLRU", "warm_up"]
+__all__ = ["MAX_OBJECT_BYTES", "MODEL", "HybridLRU", "warm_up"]
 
 
-_MODEL = "hybrid"
+MODEL = "hybrid"
+"""The model name this engine's states carry."""
 _EMPTY = -1
 _FULL = 1
 _LIN = 2
@@ -65,20 +73,11 @@ _MAX_LOAD = 0.6
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _slot(key: np.int64, mask: np.int64) -> np.int64:
-    z = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    z ^= z >> np.uint64(29)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(32)
-    return np.int64(z & np.uint64(mask))
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _find(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
     """The slot holding ``key``, or the empty slot where its probe sequence ends (linear
     probing). The one probe loop of :func:`_get`, :func:`_put`, :func:`_delete`, ``_touch``."""
     mask = tk.shape[0] - 1
-    i = _slot(key, mask)
+    i = home_slot(key, mask)
     while tv[i] != _EMPTY and tk[i] != key:
         i = (i + 1) & mask
     return i
@@ -111,7 +110,7 @@ def _delete(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
         j = (j + 1) & mask
         if tv[j] == _EMPTY:
             break
-        home = _slot(tk[j], mask)
+        home = home_slot(tk[j], mask)
         # move j back to i unless its home lies cyclically in (i, j]
         if (i <= j and (home <= i or home > j)) or (i > j and home <= i and home > j):
             tk[i] = tk[j]
@@ -119,25 +118,6 @@ def _delete(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
             i = j
     tv[i] = _EMPTY
     return 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fen_add(fen: np.ndarray, i: np.int64, value: np.int64) -> None:
-    n = fen.shape[0]
-    i += 1
-    while i <= n:
-        fen[i - 1] += value
-        i += i & -i
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fen_prefix(fen: np.ndarray, i: np.int64) -> np.int64:
-    """Sum of the charges at positions < i."""
-    total = np.int64(0)
-    while i > 0:
-        total += fen[i - 1]
-        i -= i & -i
-    return total
 
 
 @njit(cache=True, nogil=True)
@@ -190,9 +170,9 @@ def _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, key, kind, n
     tk[slot] = key
     tv[slot] = t
     if old != _EMPTY:  # tables hold live objects only (at or above the floor)
-        _fen_add(fen, old, -charge)
+        fenwick_add(fen, old, -charge)
         if kind == _FULL:
-            _fen_add(fcnt, old, -1)
+            fenwick_add(fcnt, old, -1)
         pkind[old] = 0
     else:
         if kind == _FULL:
@@ -202,9 +182,9 @@ def _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, key, kind, n
             meta[_LSIZE] += 1
             meta[_LIVE_L] += 1
         meta[_TOTAL] += charge
-    _fen_add(fen, t, charge)
+    fenwick_add(fen, t, charge)
     if kind == _FULL:
-        _fen_add(fcnt, t, 1)
+        fenwick_add(fcnt, t, 1)
     pkey[t] = key
     pkind[t] = kind
     if ptime.shape[0]:
@@ -238,7 +218,7 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
     now = meta[_NOW] if meta[_TTL] > 0 else now
     # read on the snapshot: thresholds T_p for every p with Linear(key_p) tracked
     t = meta[_T]
-    total = _fen_prefix(fen, t)
+    total = fenwick_prefix(fen, t)
     depth_max = np.int64(0)
     m = 0  # candidates, stored in thr/hits by increasing p
     record = depths.shape[0] >= n
@@ -246,7 +226,7 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
         fpos = _get(ftk, ftv, keys[p])
         if fpos == _EMPTY:
             break
-        s = total - _fen_prefix(fen, fpos)
+        s = total - fenwick_prefix(fen, fpos)
         if record:
             depths[p] = s
         if s > depth_max:
@@ -258,7 +238,7 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
             continue
         lpos = _get(ltk, ltv, keys[p])
         if lpos != _EMPTY:
-            s = total - _fen_prefix(fen, lpos)
+            s = total - fenwick_prefix(fen, lpos)
             thr[m] = depth_max if depth_max > s else s
             hits[m] = p + 1
             m += 1
@@ -287,7 +267,7 @@ def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now,
         if track:
             fpos = _get(ftk, ftv, keys[p])
             touches[i] = (
-                -1 if fpos == _EMPTY else _fen_prefix(fen, meta[_T]) - _fen_prefix(fen, fpos)
+                -1 if fpos == _EMPTY else fenwick_prefix(fen, meta[_T]) - fenwick_prefix(fen, fpos)
             )
         _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[p], _FULL, now)
     # a byte bound: drop the least recent objects until the tracked bytes fit
@@ -373,28 +353,16 @@ def _resident(meta, fen, fcnt, capacities, out) -> None:
     depth is <= it, i.e. at positions from the smallest q with ``prefix(q) >= total - C``
     (and the floor) on. O(log U) per capacity."""
     t = meta[_T]
-    size = fen.shape[0]
-    total = _fen_prefix(fen, t)
-    full = _fen_prefix(fcnt, t)
-    top = 1
-    while top * 2 <= size:
-        top *= 2
+    total = fenwick_prefix(fen, t)
+    full = fenwick_prefix(fcnt, t)
     for i in range(capacities.shape[0]):
         target = total - capacities[i]
         q = np.int64(0)
         if target > 0:  # the largest index with prefix < target, plus one
-            rest = target
-            bit = top
-            while bit:
-                nxt = q + bit
-                if nxt <= size and fen[nxt - 1] < rest:
-                    q = nxt
-                    rest -= fen[nxt - 1]
-                bit >>= 1
-            q += 1
+            q = fenwick_search(fen, target) + 1
         if q < meta[_FLOOR]:
             q = meta[_FLOOR]
-        out[i] = full - _fen_prefix(fcnt, q) if q < t else 0
+        out[i] = full - fenwick_prefix(fcnt, q) if q < t else 0
 
 
 @njit(cache=True, nogil=True)
@@ -421,19 +389,6 @@ def _live(meta, pkey, pkind, ptime, keys, kinds, times) -> np.int64:
 # --------------------------------------------------------------------------- the engine
 
 _NONE = np.zeros(0, np.int64)
-
-
-def _distinct(block_keys: Sequence[int]) -> np.ndarray:
-    """The keys as int64, duplicates kept at their first occurrence. O(n)."""
-    keys = list(block_keys)
-    if len(set(keys)) != len(keys):
-        keys = list(dict.fromkeys(keys))
-    try:
-        return np.array(keys, np.int64)
-    except OverflowError:
-        raise InvalidRequestError(
-            "block_keys must be int64 integers, got one outside [-2**63, 2**63)"
-        ) from None
 
 
 def _table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -483,7 +438,7 @@ class HybridLRU:
         meta[_TTL], meta[_LIMIT] = ttl_ns, max_tracked_bytes
         meta[_NOW] = np.iinfo(np.int64).min
         self._meta = meta
-        self.model = _MODEL
+        self.model = MODEL
         """The model name this engine's states carry."""
         self._thr = np.zeros(64, np.int64)
         self._hits = np.zeros(64, np.int64)
@@ -549,7 +504,7 @@ class HybridLRU:
     def process_request(self, block_keys: Sequence[int], now_ns: int = 0) -> RequestFact:
         """Replay one request (keys head first, duplicates kept at their first occurrence)
         at ``now_ns``; its fact, hits in blocks at byte thresholds. O(n log U) amortised."""
-        return self._run(_distinct(block_keys), now_ns, _NONE, _NONE)
+        return self._run(distinct_keys(block_keys), now_ns, _NONE, _NONE)
 
     def _run(
         self, array: np.ndarray, now_ns: int, depths: np.ndarray, touches: np.ndarray
@@ -597,6 +552,43 @@ class HybridLRU:
             if old_time.shape[0]:
                 self._ptime[:live] = old_time[:live]
         _build_fenwick(meta, self._fen, self._fcnt, self._pkind)
+
+    # ------------------------------------- the blocks-only configuration (BlockLRU)
+
+    def _blocks_only(self, head_first: bool) -> None:
+        """Charge blocks only (no saved states: every cached prefix is a candidate) and
+        touch a request head to tail when ``head_first``, else tail to head: what
+        :class:`~litehit_core.block_lru.BlockLRU` is. For a fresh engine. O(1)."""
+        self._meta[_HEAD] = head_first
+        self._meta[_NOSTATE] = 1
+
+    def _head_first(self) -> bool:
+        """Whether requests are touched head to tail (see :meth:`_blocks_only`). O(1)."""
+        return bool(self._meta[_HEAD])
+
+    def _run_batch(
+        self,
+        keys: np.ndarray,
+        offsets: np.ndarray,
+        times: np.ndarray,
+        thr: np.ndarray,
+        hits: np.ndarray,
+        counts: np.ndarray,
+        depths: np.ndarray,
+        touches: np.ndarray,
+    ) -> None:
+        """:func:`_process_batch` over every request of ``offsets`` (the arrays as
+        ``BlockLRU.process_batch`` allocates them), growing the tables or the position
+        space whenever a request needs it. O(K log U) for K keys."""
+        first = 0
+        while True:
+            first = _process_batch(self._meta, self._ftk, self._ftv, self._ltk, self._ltv,
+                                   self._fen, self._fcnt, self._pkey, self._pkind, self._ptime,
+                                   keys, offsets, times, thr, hits, counts, depths, touches,
+                                   first)  # fmt: skip
+            if first < 0:
+                return
+            self._make_room(int(offsets[first + 1] - offsets[first]))
 
     # ---------------------------------------------------------------- durable state
 
@@ -716,12 +708,12 @@ class HybridLRU:
         for q in live:
             weights[q] = charge[int(kinds[q])]
         for q in range(floor, t + 1, max(1, (t - floor) // 64)):
-            assert _fen_prefix(self._fen, q) - _fen_prefix(self._fen, floor) == int(
+            assert fenwick_prefix(self._fen, q) - fenwick_prefix(self._fen, floor) == int(
                 weights[floor:q].sum()
             ), f"Fenwick sum wrong at {q}"
         assert meta[_TOTAL] == weights.sum()
-        assert _fen_prefix(self._fen, t) - _fen_prefix(self._fen, floor) == weights.sum()
-        assert _fen_prefix(self._fcnt, t) - _fen_prefix(self._fcnt, floor) == len(full)
+        assert fenwick_prefix(self._fen, t) - fenwick_prefix(self._fen, floor) == weights.sum()
+        assert fenwick_prefix(self._fcnt, t) - fenwick_prefix(self._fcnt, floor) == len(full)
         assert not meta[_LIMIT] or meta[_TOTAL] <= meta[_LIMIT]
         if self._ptime.shape[0] and live:
             times = self._ptime[live]

@@ -67,7 +67,11 @@ from litehit_core.model import (
     RequestFact,
     check_lru_parameters,
 )
-from litehit_core.state import STATE_FORMAT_VERSION, EngineState
+from litehit_core.state import EngineState, validated_arrays
+
+MODEL = "lru"
+"""This engine's name in :data:`litehit_core.engine.MODELS`: the ``model`` of its states
+(:class:`~litehit_core.compact_lite_hit.CompactLiteHit` writes and reads the same)."""
 
 _SHIFT = 12  # bucket = 4096 positions (one Python int bit mask each); chosen by measurement
 _W = 1 << _SHIFT
@@ -77,7 +81,6 @@ _SW = 1 << _SSHIFT
 _SLACK = 1 << 14  # positions of slack before compaction / growth
 _SAMPLE = 128  # keys sampled (oldest and newest) to size the key ints
 _EMPTY: tuple[HitCurveSegment, ...] = ()
-_MODEL = "lru"  # this engine's name in litehit_core.engine.MODELS and in its states
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _new_segment = tuple.__new__
@@ -168,7 +171,7 @@ class LiteHit:
             epoch = np.searchsorted(np.array(self._ep_pos, np.int64), ordered, "right") - 1
             times = np.array(self._ep_time, np.int64)[epoch]
         return EngineState.exported(
-            _MODEL, keys, times, self._now, self.expired_blocks, self.dropped_blocks
+            MODEL, keys, times, self._now, self.expired_blocks, self.dropped_blocks
         )
 
     def _live_by_position(self) -> tuple[np.ndarray, np.ndarray]:
@@ -223,7 +226,7 @@ class LiteHit:
         O(n / _W) for the bucket arrays; the validation is O(n) numpy work.
         """
         engine = cls(ttl_ns=ttl_ns, max_tracked_blocks=max_tracked_blocks)
-        keys, starts, times = _validated_arrays(state, engine._ttl)
+        keys, starts, times = validated_arrays(state, MODEL, engine._ttl)
         n = len(keys)
         pos = dict(zip(keys.tolist(), range(n)))
         if len(pos) != n:
@@ -689,69 +692,6 @@ class LiteHit:
             assert len(by_pos) >= t
             assert all(by_pos[p] == k for k, p in pos.items()), "key by position wrong"
         assert t <= 3 * unique + _SLACK, f"compaction overdue: {t} positions, {unique} live"
-
-
-def _validated_arrays(state: EngineState, ttl: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``state``'s keys, epoch starts and epoch times, checked for :meth:`LiteHit.from_state`.
-
-    O(n + E) numpy work. InvalidRequestError naming the field for any inconsistency.
-    """
-    if not isinstance(state, EngineState):
-        raise InvalidRequestError(f"state must be an EngineState, got {type(state).__name__}")
-    if state.model != _MODEL:
-        raise InvalidRequestError(f"state.model must be {_MODEL!r}, got {state.model!r}")
-    if state.format_version != STATE_FORMAT_VERSION:
-        raise InvalidRequestError(
-            f"state.format_version must be {STATE_FORMAT_VERSION}, got {state.format_version!r}"
-        )
-    for name in ("now_ns", "expired_blocks", "dropped_blocks"):
-        value = getattr(state, name)
-        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-            raise InvalidRequestError(f"state.{name} must be an integer, got {value!r}")
-        low = _INT64_MIN if name == "now_ns" else 0
-        if not low <= value <= _INT64_MAX:
-            raise InvalidRequestError(f"state.{name} must be in [{low}, {_INT64_MAX}], got {value}")
-    arrays = []
-    for name in ("keys", "epoch_starts", "epoch_times"):
-        array = getattr(state, name)
-        if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype != np.int64:
-            shown = (
-                f"{array.ndim}-d {array.dtype} array"
-                if isinstance(array, np.ndarray)
-                else type(array).__name__
-            )
-            raise InvalidRequestError(f"state.{name} must be a 1-d int64 array, got a {shown}")
-        arrays.append(array)
-    keys, starts, times = arrays
-    n, epochs = len(keys), len(starts)
-    if len(times) != epochs:
-        raise InvalidRequestError(
-            f"state.epoch_starts and state.epoch_times must have one length, "
-            f"got {epochs} and {len(times)}"
-        )
-    if epochs:
-        if not n:
-            raise InvalidRequestError(f"state has {epochs} epoch(s) but no keys")
-        if starts[0] != 0:
-            raise InvalidRequestError(f"state.epoch_starts[0] must be 0, got {starts[0]}")
-        if starts[-1] >= n:
-            raise InvalidRequestError(
-                f"state.epoch_starts must lie below len(keys) {n}, got {starts[-1]}"
-            )
-        if epochs > 1 and not (np.all(starts[1:] > starts[:-1]) and np.all(times[1:] > times[:-1])):
-            raise InvalidRequestError(
-                "state.epoch_starts and state.epoch_times must strictly increase"
-            )
-        if times[-1] > state.now_ns:
-            raise InvalidRequestError(
-                f"state.epoch_times must not pass now_ns {state.now_ns}, got {times[-1]}"
-            )
-    elif ttl and n:
-        raise InvalidRequestError(
-            f"state has {n} keys but no access times (epoch_starts is empty); "
-            f"an engine with ttl_ns {ttl} needs them"
-        )
-    return keys, starts, times
 
 
 def _allocated(value: object) -> int:
