@@ -12,8 +12,7 @@ from oracle import NaiveLRU, SequentialLRU, oracle_hits, tree_trace
 
 from litehit_core import apply_prefix_hash, project_steps
 from litehit_core.block_lru import BlockLRU
-from litehit_core.engine import touch_order_model
-from litehit_core.engine import EngineSpec, create_engine
+from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.errors import InvalidRequestError
 
 ORDERS = ("head-first", "tail-first")
