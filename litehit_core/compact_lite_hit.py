@@ -44,334 +44,14 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from litehit_core import compact_kernels as ck
 from litehit_core.errors import InvalidRequestError
-from litehit_core.kernels import fenwick_add, fenwick_prefix, home_slot, popcount
-from litehit_core.lite_hit import MODEL
+from litehit_core.lite_hit_state import MODEL
 from litehit_core.model import HitCurveSegment, RequestFact, check_lru_parameters
 from litehit_core.state import EngineState, validated_arrays
 
 __all__ = ["BatchFacts", "CompactLiteHit", "warm_up"]
-
-# meta slots
-_T, _CAP, _PEXP, _LIVE, _DEAD, _NOW, _TTL, _LIMIT = 0, 1, 2, 3, 4, 5, 6, 7
-_EXP, _DROP, _NEP, _ENTRIES, _N = 8, 9, 10, 11, 12
-_META = 13
-_INT64_MIN = np.iinfo(np.int64).min
-_SLACK = 1 << 14  # positions of slack at each resize
-_MIN_TABLE = 1 << 10
-_MAX_LOAD_NUM, _MAX_LOAD_DEN = 7, 10  # rebuild the table past a load of 0.7
-_MAX_POSITIONS = (1 << 32) - 2  # table values are uint32 position + 1
-
-
-# --------------------------------------------------------------------------- numba core
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _find(tv: np.ndarray, kbp: np.ndarray, key: np.int64) -> np.int64:
-    """The slot holding ``key`` or the empty slot ending its probe sequence. O(1) expected."""
-    mask = tv.shape[0] - 1
-    i = home_slot(key, mask)
-    while True:
-        v = tv[i]
-        if v == 0 or kbp[np.int64(v) - 1] == key:
-            return i
-        i = (i + 1) & mask
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _dead_before(meta, dead, fen, p: np.int64) -> np.int64:
-    """Dead markers at positions < p. O(log(U / 64))."""
-    if p >= meta[_T]:
-        return meta[_DEAD]
-    w = p >> 6
-    low = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-    return fenwick_prefix(fen, w) + popcount(dead[w] & low)
-
-
-@njit(cache=True, nogil=True)
-def _advance(meta, dead, fen, new: np.int64, dropped: bool) -> None:
-    """Move the boundary up to ``new``; the live markers it passes expire (or drop)."""
-    old = meta[_PEXP]
-    if new <= old:
-        return
-    gone = (new - old) - (_dead_before(meta, dead, fen, new) - _dead_before(meta, dead, fen, old))
-    meta[_LIVE] -= gone
-    meta[_DROP if dropped else _EXP] += gone
-    meta[_PEXP] = new
-
-
-@njit(cache=True, nogil=True)
-def _expire(meta, dead, fen, ep_pos, ep_time, now: np.int64) -> None:
-    """Clamp the clock to be monotone and expire every epoch whose age is >= ttl."""
-    if now < meta[_NOW]:
-        now = meta[_NOW]
-    meta[_NOW] = now
-    nep = meta[_NEP]
-    i = np.searchsorted(ep_time[:nep], now - meta[_TTL], side="right")
-    _advance(meta, dead, fen, ep_pos[i] if i < nep else meta[_T], False)
-
-
-@njit(cache=True, nogil=True)
-def _drop(meta, dead, fen, excess: np.int64) -> None:
-    """Move the boundary past the ``excess`` least recent live markers (0 < excess <=
-    live). Whole words by popcount, then bit by bit in the last: O(1 + passed / 64)."""
-    p = meta[_PEXP]
-    t = meta[_T]
-    left = excess
-    while True:
-        w = p >> 6
-        end = min((w + 1) << 6, t)
-        live = (end - p) - popcount(dead[w] >> np.uint64(p & 63))
-        if live >= left:
-            break
-        left -= live
-        p = end
-    while left:
-        if not (dead[p >> 6] >> np.uint64(p & 63)) & np.uint64(1):
-            left -= 1
-        p += 1
-    meta[_PEXP] = p
-    meta[_LIVE] -= excess
-    meta[_DROP] += excess
-
-
-@njit(cache=True, nogil=True)
-def _dedupe(keys, order) -> np.int64:
-    """Keep the first occurrence of each key, in order, in place; returns the count. The
-    sorted copy costs O(n log n) and is skipped for n < 2."""
-    n = keys.shape[0]
-    if n < 2:
-        return n
-    srt = np.sort(keys)
-    for j in range(1, n):
-        if srt[j] == srt[j - 1]:
-            break
-    else:
-        return n
-    idx = np.argsort(keys, kind="mergesort")  # stable: the first occurrence leads
-    keep = order[:n]
-    keep[:] = 1
-    for j in range(1, n):
-        if keys[idx[j]] == keys[idx[j - 1]]:
-            keep[idx[j]] = 0
-    w = 0
-    for j in range(n):
-        if keep[j]:
-            keys[w] = keys[j]
-            w += 1
-    return w
-
-
-@njit(cache=True, nogil=True)
-def _request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, seg_start,
-             seg_len) -> np.int64:  # fmt: skip
-    """Replay one request (``keys`` head first, deduplicated in place; its length is left
-    in ``meta[_N]``): read depths on the snapshot, write the hit curve's segments to
-    ``seg_start``/``seg_len`` (returns how many), then touch the blocks tail first.
-    The caller made room: ``n`` free positions, table entries and one epoch."""
-    if meta[_TTL] > 0:
-        _expire(meta, dead, fen, ep_pos, ep_time, now)
-        now = meta[_NOW]
-    n = _dedupe(keys, olds)
-    meta[_N] = n
-    pexp = meta[_PEXP]
-    t = meta[_T]
-    # read: the cached prefix is keys[:m] (up to the first untracked block)
-    m = n
-    for j in range(n):
-        s = _find(tv, kbp, keys[j])
-        slots[j] = s
-        v = np.int64(tv[s])
-        if v == 0:
-            olds[j] = -1  # not in the table
-        elif v - 1 < pexp:
-            olds[j] = -2  # in the table but expired or dropped
-        else:
-            olds[j] = v - 1
-        if olds[j] < 0 and m == n:
-            m = j
-    nseg = 0
-    last = np.int64(0)  # the previous block's required capacity
-    d = np.int64(0)
-    total_dead = meta[_DEAD]
-    for j in range(m):
-        p = olds[j]
-        if j and p == olds[j - 1] - 1:
-            d += 1  # consecutive positions: one deeper, no rank needed
-        else:
-            d = (t - p) - (total_dead - _dead_before(meta, dead, fen, p))
-        if nseg and (d <= last + 1):
-            seg_len[nseg - 1] += 1  # never optimistic: at least one past the previous
-            last += 1
-        else:
-            seg_start[nseg] = d
-            seg_len[nseg] = 1
-            nseg += 1
-            last = d
-    # commit: old markers die (only now: every depth was read on the snapshot)
-    word = np.int64(-1)
-    count = np.int64(0)
-    for j in range(n):
-        p = olds[j]
-        if p < 0:
-            continue
-        w = p >> 6
-        dead[w] |= np.uint64(1) << np.uint64(p & 63)
-        if w != word:
-            if count:
-                fenwick_add(fen, word, count)
-            word = w
-            count = 0
-        count += 1
-    if count:
-        fenwick_add(fen, word, count)
-    fresh = 0
-    for j in range(n):
-        p = olds[j]
-        if p >= 0:
-            meta[_DEAD] += 1
-        else:
-            fresh += 1
-    # tail first: key j gets t + n - 1 - j, so the head ends most recent
-    for j in range(n):
-        q = t + n - 1 - j
-        k = keys[j]
-        kbp[q] = k
-        if olds[j] == -1:
-            slots[j] = _find(tv, kbp, k)  # earlier inserts may have taken the old slot
-            meta[_ENTRIES] += 1
-        tv[slots[j]] = np.uint32(q + 1)
-    meta[_T] = t + n
-    meta[_LIVE] += fresh
-    if meta[_TTL] > 0 and n:
-        nep = meta[_NEP]
-        if nep == 0 or ep_time[nep - 1] != now:
-            ep_pos[nep] = t
-            ep_time[nep] = now
-            meta[_NEP] = nep + 1
-    limit = meta[_LIMIT]
-    if limit > 0 and meta[_LIVE] > limit:
-        _drop(meta, dead, fen, meta[_LIVE] - limit)
-    return nseg
-
-
-@njit(cache=True, nogil=True)
-def _batch(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, offsets, times, first, olds, slots,
-           totals, uniques, seg_offsets, seg_start, seg_len) -> np.int64:  # fmt: skip
-    """:func:`_request` for requests ``first, first + 1, ...`` (request r is
-    ``keys[offsets[r]:offsets[r + 1]]`` at ``times[r]``): its deduplicated length goes to
-    ``totals[r]``, the blocks tracked after it to ``uniques[r]``, its segments to
-    ``seg_start``/``seg_len`` from ``seg_offsets[r]`` on (``seg_offsets[r + 1]`` is set).
-    Returns -1 when done, else the first request that needs room (positions, table, an
-    epoch or scratch) first; nothing of it was changed."""
-    cap = kbp.shape[0]
-    load = tv.shape[0] * _MAX_LOAD_NUM // _MAX_LOAD_DEN
-    for r in range(first, offsets.shape[0] - 1):
-        a = offsets[r]
-        b = offsets[r + 1]
-        n = b - a
-        if (
-            meta[_T] + n > cap
-            or meta[_ENTRIES] + n > load
-            or meta[_NEP] >= ep_pos.shape[0]
-            or n > olds.shape[0]
-        ):
-            return r
-        at = seg_offsets[r]
-        nseg = _request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys[a:b], times[r], olds,
-                        slots, seg_start[at:], seg_len[at:])  # fmt: skip
-        totals[r] = meta[_N]
-        uniques[r] = meta[_LIVE]
-        seg_offsets[r + 1] = at + nseg
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def _compact(meta, kbp, dead, ep_pos, ep_time) -> None:
-    """Renumber the live markers at or above the boundary to 0..L-1 in order (keys moved
-    down in place, epochs renumbered in place); the caller clears ``dead``/``fen`` and
-    rebuilds the table. O(U + E)."""
-    t = meta[_T]
-    nep = meta[_NEP]
-    timed = meta[_TTL] > 0
-    w = 0
-    e = 0  # the epoch of position p: the last with ep_pos <= p
-    out = 0
-    last_time = np.int64(0)
-    for p in range(meta[_PEXP], t):
-        if (dead[p >> 6] >> np.uint64(p & 63)) & np.uint64(1):
-            continue
-        kbp[w] = kbp[p]
-        if timed:
-            while e + 1 < nep and ep_pos[e + 1] <= p:
-                e += 1
-            if out == 0 or ep_time[e] != last_time:
-                last_time = ep_time[e]
-                ep_pos[out] = w
-                ep_time[out] = last_time
-                out += 1
-        w += 1
-    meta[_T] = w
-    meta[_PEXP] = 0
-    meta[_DEAD] = 0
-    meta[_NEP] = out
-    meta[_LIVE] = w
-
-
-@njit(cache=True, nogil=True)
-def _remap(meta, tv, dead) -> None:
-    """Rewrite every table entry to the position :func:`_compact` will give it (``p -
-    dead markers before p``), in place: the slots stay where they are. Only for a table
-    that holds no key below the boundary (the boundary at 0, an entry per live key). One
-    sequential pass over the table plus O(U / 64) for the dead counts per word; far
-    cheaper than re-inserting every key at random slots."""
-    words = dead.shape[0]
-    before = np.empty(words, np.int64)  # dead markers before each word
-    total = np.int64(0)
-    for w in range(words):
-        before[w] = total
-        total += popcount(dead[w])
-    for i in range(tv.shape[0]):
-        v = np.int64(tv[i])
-        if v:
-            p = v - 1
-            w = p >> 6
-            low = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-            tv[i] = np.uint32(p - before[w] - popcount(dead[w] & low) + 1)
-
-
-@njit(cache=True, nogil=True)
-def _fill(meta, tv, kbp, dead) -> np.int64:
-    """Insert every live position at or above the boundary into the empty table ``tv``;
-    returns how many keys were already there (duplicates, left out). O(U)."""
-    dups = 0
-    entries = 0
-    for p in range(meta[_PEXP], meta[_T]):
-        if (dead[p >> 6] >> np.uint64(p & 63)) & np.uint64(1):
-            continue
-        s = _find(tv, kbp, kbp[p])
-        if tv[s]:
-            dups += 1
-            continue
-        tv[s] = np.uint32(p + 1)
-        entries += 1
-    meta[_ENTRIES] = entries
-    return dups
-
-
-@njit(cache=True, nogil=True)
-def _build_fenwick(dead, fen) -> None:
-    """Fenwick tree of the per-word dead counts, in O(U / 64)."""
-    m = fen.shape[0]
-    for w in range(m):
-        fen[w] = popcount(dead[w])
-    for i in range(1, m + 1):
-        j = i + (i & -i)
-        if j <= m:
-            fen[j - 1] += fen[i - 1]
-
 
 # ------------------------------------------------------------------------------ Python
 
@@ -420,23 +100,23 @@ class CompactLiteHit:
 
     def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
         check_lru_parameters(ttl_ns, max_tracked_blocks)
-        self._meta = np.zeros(_META, np.int64)
-        self._meta[_TTL] = ttl_ns
-        self._meta[_LIMIT] = max_tracked_blocks
+        self._meta = np.zeros(ck.META, np.int64)
+        self._meta[ck.TTL] = ttl_ns
+        self._meta[ck.LIMIT] = max_tracked_blocks
         self.reset()
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
         """Forget every block and counter (a cold cache). O(1) plus the fresh arrays."""
         meta = self._meta
-        ttl, limit = int(meta[_TTL]), int(meta[_LIMIT])
+        ttl, limit = int(meta[ck.TTL]), int(meta[ck.LIMIT])
         meta[:] = 0
-        meta[_TTL] = ttl
-        meta[_LIMIT] = limit
-        meta[_NOW] = _INT64_MIN
-        self._kbp = np.empty(_SLACK, np.int64)
-        self._positions(_SLACK)
-        self._tv = np.zeros(_MIN_TABLE, np.uint32)
+        meta[ck.TTL] = ttl
+        meta[ck.LIMIT] = limit
+        meta[ck.NOW] = ck.INT64_MIN
+        self._kbp = np.empty(ck.SLACK, np.int64)
+        self._positions(ck.SLACK)
+        self._tv = np.zeros(ck.MIN_TABLE, np.uint32)
         self._ep_pos = np.zeros(16 if ttl else 1, np.int64)
         self._ep_time = np.zeros(16 if ttl else 1, np.int64)
         self._scratch(64)
@@ -445,7 +125,7 @@ class CompactLiteHit:
         """Resize the position space to ``size`` (a multiple of 64) with cleared dead bits."""
         if self._kbp.shape[0] != size:
             self._kbp.resize(size, refcheck=False)  # realloc: no second copy held
-        self._meta[_CAP] = size
+        self._meta[ck.CAP] = size
         self._dead = np.zeros(size >> 6, np.uint64)
         self._fen = np.zeros(size >> 6, np.int64)
 
@@ -458,16 +138,16 @@ class CompactLiteHit:
     @property
     def expired_blocks(self) -> int:
         """Cumulative count of blocks whose TTL lapsed while they were tracked."""
-        return int(self._meta[_EXP])
+        return int(self._meta[ck.EXP])
 
     @property
     def dropped_blocks(self) -> int:
         """Cumulative count of blocks dropped (least recent first) by ``max_tracked_blocks``."""
-        return int(self._meta[_DROP])
+        return int(self._meta[ck.DROP])
 
     def current_unique_blocks(self) -> int:
         """Distinct blocks tracked now (TTL-expired and dropped excluded). O(1)."""
-        return int(self._meta[_LIVE])
+        return int(self._meta[ck.LIVE])
 
     def resident_blocks(self, capacities: Sequence[int]) -> tuple[int, ...]:
         """Blocks resident now in an LRU of each capacity (blocks): ``min(unique, C)``."""
@@ -503,14 +183,14 @@ class CompactLiteHit:
         if keys.ndim != 1 or (n and keys.dtype != np.int64):
             raise InvalidRequestError("block_keys must be a sequence of int64 integers")
         self._room(n)
-        nseg = _request(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
+        nseg = ck.request(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
                         self._ep_time, keys, now_ns, self._olds, self._slots, self._seg_start,
                         self._seg_len)  # fmt: skip
         if not nseg:
-            return RequestFact((), int(self._meta[_N]))
+            return RequestFact((), int(self._meta[ck.N]))
         return RequestFact(
             _curve(self._seg_start[:nseg].tolist(), self._seg_len[:nseg].tolist()),
-            int(self._meta[_N]),
+            int(self._meta[ck.N]),
         )
 
     def process_batch(self, keys: np.ndarray, offsets: np.ndarray, times: np.ndarray) -> BatchFacts:
@@ -539,7 +219,7 @@ class CompactLiteHit:
         r = 0
         while r >= 0 and r < requests:
             self._room(int(offsets[r + 1] - offsets[r]))
-            r = _batch(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
+            r = ck.batch(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
                        self._ep_time, keys, offsets, times, r, self._olds, self._slots, totals,
                        uniques, seg_offsets, seg_start, seg_len)  # fmt: skip
         return BatchFacts(totals, uniques, seg_offsets, seg_start, seg_len)
@@ -550,11 +230,11 @@ class CompactLiteHit:
         meta = self._meta
         if n > self._olds.shape[0]:
             self._scratch(max(n, 2 * self._olds.shape[0]))
-        if meta[_T] + n > meta[_CAP]:
+        if meta[ck.T] + n > meta[ck.CAP]:
             self._compact(n)
-        elif (meta[_ENTRIES] + n) * _MAX_LOAD_DEN > self._tv.shape[0] * _MAX_LOAD_NUM:
-            self._rebuild(int(meta[_LIVE]) + n)
-        nep = int(meta[_NEP])
+        elif (meta[ck.ENTRIES] + n) * ck.MAX_LOAD_DEN > self._tv.shape[0] * ck.MAX_LOAD_NUM:
+            self._rebuild(int(meta[ck.LIVE]) + n)
+        nep = int(meta[ck.NEP])
         if nep >= self._ep_pos.shape[0]:
             self._ep_pos = np.concatenate((self._ep_pos, np.zeros(nep, np.int64)))
             self._ep_time = np.concatenate((self._ep_time, np.zeros(nep, np.int64)))
@@ -565,51 +245,51 @@ class CompactLiteHit:
         moved the boundary: every unbounded engine), else rebuilt, and rebuilt larger when
         ``n`` more keys would pass its load. O(U + S)."""
         meta = self._meta
-        remapped = meta[_PEXP] == 0 and meta[_ENTRIES] == meta[_LIVE]
+        remapped = meta[ck.PEXP] == 0 and meta[ck.ENTRIES] == meta[ck.LIVE]
         if remapped:
-            _remap(meta, self._tv, self._dead)
-        _compact(meta, self._kbp, self._dead, self._ep_pos, self._ep_time)
-        need = int(meta[_T]) + n
-        if need > _MAX_POSITIONS // 2:
+            ck.remap(meta, self._tv, self._dead)
+        ck.compact(meta, self._kbp, self._dead, self._ep_pos, self._ep_time)
+        need = int(meta[ck.T]) + n
+        if need > ck.MAX_POSITIONS // 2:
             raise InvalidRequestError(
-                f"a CompactLiteHit tracks at most {_MAX_POSITIONS // 2} blocks, needs {need}"
+                f"a CompactLiteHit tracks at most {ck.MAX_POSITIONS // 2} blocks, needs {need}"
             )
-        size = ((2 * need + _SLACK) | 63) + 1
-        if 2 * need > meta[_CAP] or 4 * need + _SLACK < meta[_CAP]:
+        size = ((2 * need + ck.SLACK) | 63) + 1
+        if 2 * need > meta[ck.CAP] or 4 * need + ck.SLACK < meta[ck.CAP]:
             self._positions(size)
         else:
             self._dead.fill(0)
             self._fen.fill(0)
-        if not remapped or need * _MAX_LOAD_DEN > self._tv.shape[0] * _MAX_LOAD_NUM:
+        if not remapped or need * ck.MAX_LOAD_DEN > self._tv.shape[0] * ck.MAX_LOAD_NUM:
             self._rebuild(need)
 
     def _rebuild(self, entries: int) -> None:
         """A fresh table for ``entries`` keys (load <= 0.5) filled from the live positions;
         the old table is freed first. O(U + S)."""
-        size = _MIN_TABLE
+        size = ck.MIN_TABLE
         while size < 2 * entries:
             size <<= 1
         self._tv = None  # type: ignore[assignment]
         self._tv = np.zeros(size, np.uint32)
-        _fill(self._meta, self._tv, self._kbp, self._dead)
+        ck.fill(self._meta, self._tv, self._kbp, self._dead)
 
     # ------------------------------------------------------------- snapshots
     def export_state(self) -> EngineState:
         """The same :class:`EngineState` as ``LiteHit.export_state``: tracked keys least
         recent first, access times as epochs, clock and counters. O(U) numpy work."""
         meta = self._meta
-        pexp, t = int(meta[_PEXP]), int(meta[_T])
+        pexp, t = int(meta[ck.PEXP]), int(meta[ck.T])
         bits = np.unpackbits(self._dead.view(np.uint8), bitorder="little")[pexp:t]
         present = bits == 0
         keys = self._kbp[pexp:t][present]
         times = None
-        if meta[_TTL] and len(keys):
+        if meta[ck.TTL] and len(keys):
             ordered = np.flatnonzero(present) + pexp
-            nep = int(meta[_NEP])
+            nep = int(meta[ck.NEP])
             epoch = np.searchsorted(self._ep_pos[:nep], ordered, "right") - 1
             times = self._ep_time[:nep][epoch]
         return EngineState.exported(
-            MODEL, keys, times, int(meta[_NOW]), self.expired_blocks, self.dropped_blocks
+            MODEL, keys, times, int(meta[ck.NOW]), self.expired_blocks, self.dropped_blocks
         )
 
     @classmethod
@@ -621,64 +301,64 @@ class CompactLiteHit:
         keys, starts, times = validated_arrays(state, MODEL, ttl_ns)
         n = len(keys)
         meta = engine._meta
-        engine._positions(((2 * n + _SLACK) | 63) + 1)
+        engine._positions(((2 * n + ck.SLACK) | 63) + 1)
         engine._kbp[:n] = keys
-        meta[_T] = n
-        size = _MIN_TABLE
+        meta[ck.T] = n
+        size = ck.MIN_TABLE
         while size < 2 * n:
             size <<= 1
         engine._tv = np.zeros(size, np.uint32)
-        dups = _fill(meta, engine._tv, engine._kbp, engine._dead)
+        dups = ck.fill(meta, engine._tv, engine._kbp, engine._dead)
         if dups:
             raise InvalidRequestError(
                 f"state.keys must be distinct, got {dups} duplicate(s) in {n} keys"
             )
-        meta[_LIVE] = n
+        meta[ck.LIVE] = n
         if ttl_ns:
             epochs = len(starts)
             engine._ep_pos = np.concatenate((starts, np.zeros(epochs + 16, np.int64)))
             engine._ep_time = np.concatenate((times, np.zeros(epochs + 16, np.int64)))
-            meta[_NEP] = epochs
-        meta[_NOW] = int(state.now_ns)
-        meta[_EXP] = int(state.expired_blocks)
-        meta[_DROP] = int(state.dropped_blocks)
+            meta[ck.NEP] = epochs
+        meta[ck.NOW] = int(state.now_ns)
+        meta[ck.EXP] = int(state.expired_blocks)
+        meta[ck.DROP] = int(state.dropped_blocks)
         if max_tracked_blocks and n > max_tracked_blocks:
-            _drop(meta, engine._dead, engine._fen, n - max_tracked_blocks)
+            ck.drop(meta, engine._dead, engine._fen, n - max_tracked_blocks)
         return engine
 
     # ------------------------------------------------------------- invariants
     def _check(self) -> None:
         """Verify every internal invariant from scratch (tests call this). O(U + S)."""
         meta = self._meta
-        t, cap, pexp = int(meta[_T]), int(meta[_CAP]), int(meta[_PEXP])
+        t, cap, pexp = int(meta[ck.T]), int(meta[ck.CAP]), int(meta[ck.PEXP])
         assert 0 <= pexp <= t <= cap == self._kbp.shape[0] == 64 * self._dead.shape[0]
         bits = np.unpackbits(self._dead.view(np.uint8), bitorder="little")
         assert not bits[t:].any(), "a dead bit at or beyond next"
-        assert int(bits.sum()) == meta[_DEAD], "dead count wrong"
+        assert int(bits.sum()) == meta[ck.DEAD], "dead count wrong"
         fen = np.zeros_like(self._fen)
-        _build_fenwick(self._dead, fen)
+        ck.build_fenwick(self._dead, fen)
         assert np.array_equal(fen, self._fen), "Fenwick tree wrong"
         live = np.flatnonzero(bits[pexp:t] == 0) + pexp
-        assert len(live) == meta[_LIVE], (len(live), meta[_LIVE])
-        limit = int(meta[_LIMIT])
+        assert len(live) == meta[ck.LIVE], (len(live), meta[ck.LIVE])
+        limit = int(meta[ck.LIMIT])
         assert not limit or len(live) <= limit, "more tracked than the limit"
         keys = self._kbp[live]
         assert len(np.unique(keys)) == len(keys), "a key has two live markers"
         tv = self._tv
         size = tv.shape[0]
-        assert size & (size - 1) == 0 and size >= _MIN_TABLE
+        assert size & (size - 1) == 0 and size >= ck.MIN_TABLE
         occupied = tv[tv != 0].astype(np.int64) - 1
-        assert len(occupied) == meta[_ENTRIES], "table entry count wrong"
-        assert meta[_ENTRIES] * _MAX_LOAD_DEN <= size * _MAX_LOAD_NUM, "table over its load"
+        assert len(occupied) == meta[ck.ENTRIES], "table entry count wrong"
+        assert meta[ck.ENTRIES] * ck.MAX_LOAD_DEN <= size * ck.MAX_LOAD_NUM, "table over its load"
         assert np.all(occupied < t), "a table entry beyond next"
         assert set(live.tolist()) <= set(occupied.tolist()), "a live marker not in the table"
         above = occupied[occupied >= pexp]
         assert not bits[above].any(), "the table points at a dead marker"
-        nep = int(meta[_NEP])
+        nep = int(meta[ck.NEP])
         ep_pos, ep_time = self._ep_pos[:nep], self._ep_time[:nep]
         assert np.all(np.diff(ep_pos) > 0) and np.all(np.diff(ep_time) > 0)
-        if meta[_TTL] and len(live):
-            assert nep and ep_pos[0] <= live[0] and ep_time[-1] <= meta[_NOW]
+        if meta[ck.TTL] and len(live):
+            assert nep and ep_pos[0] <= live[0] and ep_time[-1] <= meta[ck.NOW]
 
 
 def warm_up() -> float:

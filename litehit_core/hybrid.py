@@ -37,15 +37,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from litehit_core import hybrid_kernels as hk
 from litehit_core.errors import InvalidRequestError
 from litehit_core.kernels import (
     distinct_keys,
-    fenwick_add,
     fenwick_prefix,
-    fenwick_search,
-    home_slot,
 )
 from litehit_core.model import MAX_OBJECT_BYTES, HitCurveStep, RequestFact
 from litehit_core.state import STATE_FORMAT_VERSION, EngineState
@@ -55,347 +52,16 @@ __all__ = ["MAX_OBJECT_BYTES", "MODEL", "HybridLRU", "warm_up"]
 
 MODEL = "hybrid"
 """The model name this engine's states carry."""
-_EMPTY = -1
-_FULL = 1
-_LIN = 2
-# meta slots
-_T, _FLOOR, _FSIZE, _LSIZE = 0, 1, 2, 3
-_FB, _LB, _STEP, _TTL, _LIMIT, _NOW = 4, 5, 6, 7, 8, 9
-_EXP_F, _DROP_F, _EXP_L, _DROP_L, _LIVE_F, _LIVE_L, _TOTAL = 10, 11, 12, 13, 14, 15, 16
-_HEAD, _NOSTATE = 17, 18  # touch head to tail; blocks only (no saved states)
-_META = 19
-_MIN_TABLE = 1 << 10
-_MIN_SPACE = 1 << 12
-_MAX_LOAD = 0.6
-
-
-# --------------------------------------------------------------------------- numba core
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _find(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
-    """The slot holding ``key``, or the empty slot where its probe sequence ends (linear
-    probing). The one probe loop of :func:`_get`, :func:`_put`, :func:`_delete`, ``_touch``."""
-    mask = tk.shape[0] - 1
-    i = home_slot(key, mask)
-    while tv[i] != _EMPTY and tk[i] != key:
-        i = (i + 1) & mask
-    return i
-
-
-@njit(cache=True, nogil=True)
-def _get(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
-    return tv[_find(tk, tv, key)]  # _EMPTY when absent
-
-
-@njit(cache=True, nogil=True)
-def _put(tk: np.ndarray, tv: np.ndarray, key: np.int64, value: np.int64) -> np.int64:
-    """Set ``key`` -> ``value``; returns 1 when the key was new."""
-    i = _find(tk, tv, key)
-    new = 1 if tv[i] == _EMPTY else 0
-    tk[i] = key
-    tv[i] = value
-    return new
-
-
-@njit(cache=True, nogil=True)
-def _delete(tk: np.ndarray, tv: np.ndarray, key: np.int64) -> np.int64:
-    """Remove ``key`` (backward-shift deletion: no tombstones); returns 1 if it was there."""
-    mask = tk.shape[0] - 1
-    i = _find(tk, tv, key)
-    if tv[i] == _EMPTY:
-        return 0
-    j = i
-    while True:
-        j = (j + 1) & mask
-        if tv[j] == _EMPTY:
-            break
-        home = home_slot(tk[j], mask)
-        # move j back to i unless its home lies cyclically in (i, j]
-        if (i <= j and (home <= i or home > j)) or (i > j and home <= i and home > j):
-            tk[i] = tk[j]
-            tv[i] = tv[j]
-            i = j
-    tv[i] = _EMPTY
-    return 1
-
-
-@njit(cache=True, nogil=True)
-def _evict(meta, ftk, ftv, ltk, ltv, pkey, pkind, q: np.int64, dropped: bool) -> None:
-    """The live object at position ``q`` leaves (the floor passed it)."""
-    kind = pkind[q]
-    if kind == _FULL:
-        _delete(ftk, ftv, pkey[q])
-        meta[_FSIZE] -= 1
-        meta[_LIVE_F] -= 1
-        meta[_TOTAL] -= meta[_FB]
-        meta[_DROP_F if dropped else _EXP_F] += 1
-    elif kind == _LIN:
-        _delete(ltk, ltv, pkey[q])
-        meta[_LSIZE] -= 1
-        meta[_LIVE_L] -= 1
-        meta[_TOTAL] -= meta[_LB]
-        meta[_DROP_L if dropped else _EXP_L] += 1
-    pkind[q] = 0
-
-
-@njit(cache=True, nogil=True)
-def _expire(meta, ftk, ftv, ltk, ltv, pkey, pkind, ptime, now: np.int64) -> None:
-    """Move the floor past every position whose age is >= ttl at ``now``."""
-    ttl = meta[_TTL]
-    if ttl <= 0:
-        return
-    if now < meta[_NOW]:
-        now = meta[_NOW]
-    meta[_NOW] = now
-    floor = meta[_FLOOR]
-    t = meta[_T]
-    while floor < t and now - ptime[floor] >= ttl:
-        if pkind[floor] != 0:
-            _evict(meta, ftk, ftv, ltk, ltv, pkey, pkind, floor, False)
-        floor += 1
-    meta[_FLOOR] = floor
-
-
-@njit(cache=True, nogil=True)
-def _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, key, kind, now) -> None:
-    """Make Full/Linear(``key``) the most recent object (a new live marker at T)."""
-    if kind == _FULL:
-        tk, tv, charge = ftk, ftv, meta[_FB]
-    else:
-        tk, tv, charge = ltk, ltv, meta[_LB]
-    t = meta[_T]
-    slot = _find(tk, tv, key)  # one probe for the read and the write
-    old = tv[slot]
-    tk[slot] = key
-    tv[slot] = t
-    if old != _EMPTY:  # tables hold live objects only (at or above the floor)
-        fenwick_add(fen, old, -charge)
-        if kind == _FULL:
-            fenwick_add(fcnt, old, -1)
-        pkind[old] = 0
-    else:
-        if kind == _FULL:
-            meta[_FSIZE] += 1
-            meta[_LIVE_F] += 1
-        else:
-            meta[_LSIZE] += 1
-            meta[_LIVE_L] += 1
-        meta[_TOTAL] += charge
-    fenwick_add(fen, t, charge)
-    if kind == _FULL:
-        fenwick_add(fcnt, t, 1)
-    pkey[t] = key
-    pkind[t] = kind
-    if ptime.shape[0]:
-        ptime[t] = now
-    meta[_T] = t + 1
-
-
-@njit(cache=True, nogil=True)
-def _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, now, thr, hits,
-             depths, touches):  # fmt: skip
-    """Read then commit one request (distinct keys, head first). Returns the number of
-    staircase corners written to ``thr``/``hits`` (ascending), or -1 when the position
-    space or a table must grow first (nothing was changed).
-
-    Blocks-only engines (``meta[_NOSTATE]``) have no Linear objects: every cached prefix
-    is a candidate. With ``depths``/``touches`` of length >= n (else empty), also writes
-    the snapshot depth of each cached prefix block (charge units, ``depths[:prefix]``) and,
-    in touch order, each Full touch's depth just before it (-1 for a block not tracked):
-    the stack distances of the touch sequence."""
-    n = keys.shape[0]
-    step = meta[_STEP]
-    nostate = meta[_NOSTATE] != 0
-    writes = 0 if nostate else n // step + 1
-    if meta[_T] + n + writes > fen.shape[0]:
-        return -1
-    if (meta[_FSIZE] + n) > _MAX_LOAD * ftk.shape[0] or (
-        meta[_LSIZE] + writes
-    ) > _MAX_LOAD * ltk.shape[0]:
-        return -1
-    _expire(meta, ftk, ftv, ltk, ltv, pkey, pkind, ptime, now)
-    now = meta[_NOW] if meta[_TTL] > 0 else now
-    # read on the snapshot: thresholds T_p for every p with Linear(key_p) tracked
-    t = meta[_T]
-    total = fenwick_prefix(fen, t)
-    depth_max = np.int64(0)
-    m = 0  # candidates, stored in thr/hits by increasing p
-    record = depths.shape[0] >= n
-    for p in range(n):
-        fpos = _get(ftk, ftv, keys[p])
-        if fpos == _EMPTY:
-            break
-        s = total - fenwick_prefix(fen, fpos)
-        if record:
-            depths[p] = s
-        if s > depth_max:
-            depth_max = s
-        if nostate:
-            thr[m] = depth_max
-            hits[m] = p + 1
-            m += 1
-            continue
-        lpos = _get(ltk, ltv, keys[p])
-        if lpos != _EMPTY:
-            s = total - fenwick_prefix(fen, lpos)
-            thr[m] = depth_max if depth_max > s else s
-            hits[m] = p + 1
-            m += 1
-    # the staircase: keep a candidate whose threshold is below every later one's; written
-    # from the end of the candidates (never over one not yet read), ascending, then moved
-    corners = 0
-    lowest = np.int64(np.iinfo(np.int64).max)
-    for j in range(m - 1, -1, -1):
-        if thr[j] < lowest:
-            lowest = thr[j]
-            k = m - 1 - corners
-            thr[k] = thr[j]
-            hits[k] = hits[j]
-            corners += 1
-    first = m - corners
-    for j in range(corners):
-        thr[j] = thr[first + j]
-        hits[j] = hits[first + j]
-    # commit: tail to head (the head ends most recent), or head to tail
-    head = meta[_HEAD] != 0
-    track = touches.shape[0] >= n
-    for i in range(n):
-        p = i if head else n - 1 - i
-        if not nostate and ((p + 1) % step == 0 or p == n - 1):
-            _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[p], _LIN, now)
-        if track:
-            fpos = _get(ftk, ftv, keys[p])
-            touches[i] = (
-                -1 if fpos == _EMPTY else fenwick_prefix(fen, meta[_T]) - fenwick_prefix(fen, fpos)
-            )
-        _touch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[p], _FULL, now)
-    # a byte bound: drop the least recent objects until the tracked bytes fit
-    limit = meta[_LIMIT]
-    if limit > 0:
-        floor = meta[_FLOOR]
-        while meta[_TOTAL] > limit:
-            if pkind[floor] != 0:
-                _evict(meta, ftk, ftv, ltk, ltv, pkey, pkind, floor, True)
-            floor += 1
-        meta[_FLOOR] = floor
-    return corners
-
-
-@njit(cache=True, nogil=True)
-def _process_batch(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys, offsets,
-                   times, thr, hits, counts, depths, touches, first):  # fmt: skip
-    """:func:`_process` for requests ``first, first + 1, ...``: request r is
-    ``keys[offsets[r]:offsets[r + 1]]`` at ``times[r]``; its corners go to the same span
-    of ``thr``/``hits`` (``counts[r]`` of them), its depths and touch depths to the same
-    span of ``depths``/``touches``. Returns -1 when done, else the request that needs the
-    tables or the position space to grow first (nothing of it was changed)."""
-    for r in range(first, offsets.shape[0] - 1):
-        a = offsets[r]
-        b = offsets[r + 1]
-        c = _process(meta, ftk, ftv, ltk, ltv, fen, fcnt, pkey, pkind, ptime, keys[a:b],
-                     times[r], thr[a:b], hits[a:b], depths[a:b], touches[a:b])  # fmt: skip
-        if c < 0:
-            return r
-        counts[r] = c
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def _compact(meta, ftk, ftv, ltk, ltv, pkey, pkind, ptime) -> np.int64:
-    """Renumber the live markers at and above the floor to 0..L-1, in order, in place, and
-    update the tables; returns L (the Fenwick tree must be rebuilt). O(U)."""
-    t = meta[_T]
-    j = 0
-    timed = ptime.shape[0] > 0
-    for q in range(meta[_FLOOR], t):
-        kind = pkind[q]
-        if kind == 0:
-            continue
-        key = pkey[q]
-        pkey[j] = key
-        pkind[j] = kind
-        if timed:
-            ptime[j] = ptime[q]
-        if kind == _FULL:
-            _put(ftk, ftv, key, j)
-        else:
-            _put(ltk, ltv, key, j)
-        j += 1
-    for q in range(j, t):
-        pkind[q] = 0
-    meta[_T] = j
-    meta[_FLOOR] = 0
-    return j
-
-
-@njit(cache=True, nogil=True)
-def _build_fenwick(meta, fen, fcnt, pkind) -> None:
-    """The Fenwick trees of the charges and of the Full markers among the live markers
-    below T, in O(size): every node adds itself to its parent."""
-    size = fen.shape[0]
-    t = meta[_T]
-    fb, lb = meta[_FB], meta[_LB]
-    for q in range(size):
-        kind = pkind[q] if q < t else 0
-        fen[q] = fb if kind == _FULL else (lb if kind == _LIN else 0)
-        fcnt[q] = 1 if kind == _FULL else 0
-    for q in range(1, size + 1):
-        parent = q + (q & -q)
-        if parent <= size:
-            fen[parent - 1] += fen[q - 1]
-            fcnt[parent - 1] += fcnt[q - 1]
-
-
-@njit(cache=True, nogil=True)
-def _resident(meta, fen, fcnt, capacities, out) -> None:
-    """Full objects resident now in a cache of each capacity (bytes): those whose byte
-    depth is <= it, i.e. at positions from the smallest q with ``prefix(q) >= total - C``
-    (and the floor) on. O(log U) per capacity."""
-    t = meta[_T]
-    total = fenwick_prefix(fen, t)
-    full = fenwick_prefix(fcnt, t)
-    for i in range(capacities.shape[0]):
-        target = total - capacities[i]
-        q = np.int64(0)
-        if target > 0:  # the largest index with prefix < target, plus one
-            q = fenwick_search(fen, target) + 1
-        if q < meta[_FLOOR]:
-            q = meta[_FLOOR]
-        out[i] = full - fenwick_prefix(fcnt, q) if q < t else 0
-
-
-@njit(cache=True, nogil=True)
-def _rehash(tk, tv, new_tk, new_tv) -> None:
-    for i in range(tk.shape[0]):
-        if tv[i] != _EMPTY:
-            _put(new_tk, new_tv, tk[i], tv[i])
-
-
-@njit(cache=True, nogil=True)
-def _live(meta, pkey, pkind, ptime, keys, kinds, times) -> np.int64:
-    """Copy the live markers (floor..T) in order; returns how many."""
-    j = 0
-    timed = ptime.shape[0] > 0
-    for q in range(meta[_FLOOR], meta[_T]):
-        if pkind[q] != 0:
-            keys[j] = pkey[q]
-            kinds[j] = pkind[q]
-            times[j] = ptime[q] if timed else 0
-            j += 1
-    return j
-
-
 # --------------------------------------------------------------------------- the engine
 
 _NONE = np.zeros(0, np.int64)
 
 
 def _table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
-    size = _MIN_TABLE
-    while size * _MAX_LOAD < capacity:
+    size = hk.MIN_TABLE
+    while size * hk.MAX_LOAD < capacity:
         size <<= 1
-    return np.zeros(size, np.int64), np.full(size, _EMPTY, np.int64)
+    return np.zeros(size, np.int64), np.full(size, hk.EMPTY, np.int64)
 
 
 class HybridLRU:
@@ -433,10 +99,10 @@ class HybridLRU:
             raise InvalidRequestError(
                 f"max_tracked_bytes must not be negative, got {max_tracked_bytes}"
             )
-        meta = np.zeros(_META, np.int64)
-        meta[_FB], meta[_LB], meta[_STEP] = full_bytes, linear_bytes, step_blocks
-        meta[_TTL], meta[_LIMIT] = ttl_ns, max_tracked_bytes
-        meta[_NOW] = np.iinfo(np.int64).min
+        meta = np.zeros(hk.META, np.int64)
+        meta[hk.FB], meta[hk.LB], meta[hk.STEP] = full_bytes, linear_bytes, step_blocks
+        meta[hk.TTL], meta[hk.LIMIT] = ttl_ns, max_tracked_bytes
+        meta[hk.NOW] = np.iinfo(np.int64).min
         self._meta = meta
         self.model = MODEL
         """The model name this engine's states carry."""
@@ -449,48 +115,48 @@ class HybridLRU:
     def reset(self) -> None:
         """Forget every object and counter (a cold cache). O(1) + allocation."""
         meta = self._meta
-        meta[[_T, _FLOOR, _FSIZE, _LSIZE, _EXP_F, _DROP_F, _EXP_L, _DROP_L, _LIVE_F, _LIVE_L,
-              _TOTAL]] = 0  # fmt: skip
-        meta[_NOW] = np.iinfo(np.int64).min
+        meta[[hk.T, hk.FLOOR, hk.FSIZE, hk.LSIZE, hk.EXP_F, hk.DROP_F, hk.EXP_L, hk.DROP_L,
+              hk.LIVE_F, hk.LIVE_L, hk.TOTAL]] = 0  # fmt: skip
+        meta[hk.NOW] = np.iinfo(np.int64).min
         self._ftk, self._ftv = _table(0)
         self._ltk, self._ltv = _table(0)
-        self._space(_MIN_SPACE)
+        self._space(hk.MIN_SPACE)
 
     def _space(self, size: int) -> None:
         self._fen = np.zeros(size, np.int64)
         self._fcnt = np.zeros(size, np.int32)
         self._pkey = np.zeros(size, np.int64)
         self._pkind = np.zeros(size, np.int8)
-        self._ptime = np.zeros(size if self._meta[_TTL] > 0 else 0, np.int64)
+        self._ptime = np.zeros(size if self._meta[hk.TTL] > 0 else 0, np.int64)
 
     @property
     def expired_blocks(self) -> int:
         """Full blocks whose TTL lapsed while tracked (cumulative)."""
-        return int(self._meta[_EXP_F])
+        return int(self._meta[hk.EXP_F])
 
     @property
     def dropped_blocks(self) -> int:
         """Full blocks dropped past ``max_tracked_bytes`` (cumulative)."""
-        return int(self._meta[_DROP_F])
+        return int(self._meta[hk.DROP_F])
 
     def current_unique_blocks(self) -> int:
         """Full blocks tracked now (what an unbounded cache holds). O(1)."""
-        return int(self._meta[_LIVE_F])
+        return int(self._meta[hk.LIVE_F])
 
     def current_states(self) -> int:
         """Linear states tracked now. O(1)."""
-        return int(self._meta[_LIVE_L])
+        return int(self._meta[hk.LIVE_L])
 
     def tracked_bytes(self, block_bytes: int = 0) -> int:
         """Bytes of every tracked object (F per block, L per state; ``block_bytes`` is not
         needed: the engine knows F). O(1)."""
-        return int(self._meta[_TOTAL])
+        return int(self._meta[hk.TOTAL])
 
     def resident_blocks(self, capacities: Sequence[int]) -> tuple[int, ...]:
         """Full blocks resident now in a cache of each capacity (bytes). O(log U) each."""
         caps = np.asarray(capacities, np.int64)
         out = np.zeros(caps.shape[0], np.int64)
-        _resident(self._meta, self._fen, self._fcnt, caps, out)
+        hk.resident(self._meta, self._fen, self._fcnt, caps, out)
         return tuple(out.tolist())
 
     def memory_usage_bytes(self) -> int:
@@ -509,13 +175,13 @@ class HybridLRU:
     def _run(
         self, array: np.ndarray, now_ns: int, depths: np.ndarray, touches: np.ndarray
     ) -> RequestFact:
-        """:func:`_process` on distinct int64 keys, growing the arrays when needed."""
+        """:func:`hk.process` on distinct int64 keys, growing the arrays when needed."""
         n = array.shape[0]
         if self._thr.shape[0] < n:
             self._thr = np.zeros(2 * n, np.int64)
             self._hits = np.zeros(2 * n, np.int64)
         while True:
-            corners = _process(self._meta, self._ftk, self._ftv, self._ltk, self._ltv, self._fen,
+            corners = hk.process(self._meta, self._ftk, self._ftv, self._ltk, self._ltv, self._fen,
                                self._fcnt, self._pkey, self._pkind, self._ptime, array, now_ns,
                                self._thr, self._hits, depths, touches)  # fmt: skip
             if corners >= 0:
@@ -528,30 +194,30 @@ class HybridLRU:
     def _make_room(self, n: int) -> None:
         """Grow the tables and compact or grow the position space for a request of n."""
         meta = self._meta
-        writes = 0 if meta[_NOSTATE] else n // int(meta[_STEP]) + 1
-        for which, need in (("f", int(meta[_FSIZE]) + n), ("l", int(meta[_LSIZE]) + writes)):
+        writes = 0 if meta[hk.NOSTATE] else n // int(meta[hk.STEP]) + 1
+        for which, need in (("f", int(meta[hk.FSIZE]) + n), ("l", int(meta[hk.LSIZE]) + writes)):
             tk = self._ftk if which == "f" else self._ltk
-            if need > _MAX_LOAD * tk.shape[0]:
+            if need > hk.MAX_LOAD * tk.shape[0]:
                 new_tk, new_tv = _table(2 * need)
                 old_tv = self._ftv if which == "f" else self._ltv
-                _rehash(tk, old_tv, new_tk, new_tv)
+                hk.rehash(tk, old_tv, new_tk, new_tv)
                 if which == "f":
                     self._ftk, self._ftv = new_tk, new_tv
                 else:
                     self._ltk, self._ltv = new_tk, new_tv
         need = n + writes
-        if meta[_T] + need <= self._fen.shape[0]:
+        if meta[hk.T] + need <= self._fen.shape[0]:
             return
-        live = _compact(meta, self._ftk, self._ftv, self._ltk, self._ltv, self._pkey,
+        live = hk.compact(meta, self._ftk, self._ftv, self._ltk, self._ltv, self._pkey,
                         self._pkind, self._ptime)  # fmt: skip
         if 2 * (live + need) > self._fen.shape[0]:  # keep at least half the space free
             old_key, old_kind, old_time = self._pkey, self._pkind, self._ptime
-            self._space(max(_MIN_SPACE, 4 * (live + need)))
+            self._space(max(hk.MIN_SPACE, 4 * (live + need)))
             self._pkey[:live] = old_key[:live]
             self._pkind[:live] = old_kind[:live]
             if old_time.shape[0]:
                 self._ptime[:live] = old_time[:live]
-        _build_fenwick(meta, self._fen, self._fcnt, self._pkind)
+        hk.build_fenwick(meta, self._fen, self._fcnt, self._pkind)
 
     # ------------------------------------- the blocks-only configuration (BlockLRU)
 
@@ -559,12 +225,12 @@ class HybridLRU:
         """Charge blocks only (no saved states: every cached prefix is a candidate) and
         touch a request head to tail when ``head_first``, else tail to head: what
         :class:`~litehit_core.block_lru.BlockLRU` is. For a fresh engine. O(1)."""
-        self._meta[_HEAD] = head_first
-        self._meta[_NOSTATE] = 1
+        self._meta[hk.HEAD] = head_first
+        self._meta[hk.NOSTATE] = 1
 
     def _head_first(self) -> bool:
         """Whether requests are touched head to tail (see :meth:`_blocks_only`). O(1)."""
-        return bool(self._meta[_HEAD])
+        return bool(self._meta[hk.HEAD])
 
     def _run_batch(
         self,
@@ -577,12 +243,12 @@ class HybridLRU:
         depths: np.ndarray,
         touches: np.ndarray,
     ) -> None:
-        """:func:`_process_batch` over every request of ``offsets`` (the arrays as
+        """:func:`hk.process_batch` over every request of ``offsets`` (the arrays as
         ``BlockLRU.process_batch`` allocates them), growing the tables or the position
         space whenever a request needs it. O(K log U) for K keys."""
         first = 0
         while True:
-            first = _process_batch(self._meta, self._ftk, self._ftv, self._ltk, self._ltv,
+            first = hk.process_batch(self._meta, self._ftk, self._ftv, self._ltk, self._ltv,
                                    self._fen, self._fcnt, self._pkey, self._pkind, self._ptime,
                                    keys, offsets, times, thr, hits, counts, depths, touches,
                                    first)  # fmt: skip
@@ -596,19 +262,19 @@ class HybridLRU:
         """Tracked objects in recency order (keys, kinds 1 = Full / 2 = Linear, TTL epochs),
         clock and counters. O(U)."""
         meta = self._meta
-        size = int(meta[_LIVE_F] + meta[_LIVE_L])
+        size = int(meta[hk.LIVE_F] + meta[hk.LIVE_L])
         keys = np.empty(size, np.int64)
         kinds = np.empty(size, np.int64)
         times = np.empty(size, np.int64)
-        _live(meta, self._pkey, self._pkind, self._ptime, keys, kinds, times)
+        hk.live(meta, self._pkey, self._pkind, self._ptime, keys, kinds, times)
         return EngineState.exported(
             self.model,
             keys,
-            times if meta[_TTL] > 0 else None,
-            int(meta[_NOW]),
-            int(meta[_EXP_F]),
-            int(meta[_DROP_F]),
-            None if meta[_NOSTATE] else kinds,
+            times if meta[hk.TTL] > 0 else None,
+            int(meta[hk.NOW]),
+            int(meta[hk.EXP_F]),
+            int(meta[hk.DROP_F]),
+            None if meta[hk.NOSTATE] else kinds,
         )
 
     @classmethod
@@ -637,21 +303,21 @@ class HybridLRU:
         meta = self._meta
         keys = np.asarray(state.keys, np.int64)
         n = keys.shape[0]
-        if meta[_NOSTATE] and state.kinds is None:
-            kinds = np.full(n, _FULL, np.int64)
+        if meta[hk.NOSTATE] and state.kinds is None:
+            kinds = np.full(n, hk.FULL, np.int64)
         else:
             kinds = np.asarray(state.kinds if state.kinds is not None else (), np.int64)
-        allowed = (_FULL,) if meta[_NOSTATE] else (_FULL, _LIN)
+        allowed = (hk.FULL,) if meta[hk.NOSTATE] else (hk.FULL, hk.LIN)
         if kinds.shape != (n,) or (n and not np.isin(kinds, allowed).all()):
             raise InvalidRequestError(
                 "state.kinds must give 1 (Full) or 2 (Linear) per key"
-                + (" (blocks only: 1)" if meta[_NOSTATE] else "")
+                + (" (blocks only: 1)" if meta[hk.NOSTATE] else "")
             )
-        for kind, name in ((_FULL, "Full"), (_LIN, "Linear")):
+        for kind, name in ((hk.FULL, "Full"), (hk.LIN, "Linear")):
             chosen = keys[kinds == kind]
             if np.unique(chosen).shape[0] != chosen.shape[0]:
                 raise InvalidRequestError(f"state.keys repeat a {name} object")
-        ttl_ns = int(meta[_TTL])
+        ttl_ns = int(meta[hk.TTL])
         times = np.zeros(n, np.int64)
         if ttl_ns > 0 and n:
             starts = np.asarray(state.epoch_starts, np.int64)
@@ -666,44 +332,44 @@ class HybridLRU:
             ):
                 raise InvalidRequestError("state.epoch_starts/epoch_times are inconsistent")
             times = np.repeat(epoch_times, np.diff(np.append(starts, n)))
-        size = max(_MIN_SPACE, 4 * n + 64)
+        size = max(hk.MIN_SPACE, 4 * n + 64)
         self._space(size)
         self._pkey[:n] = keys
         self._pkind[:n] = kinds
         if self._ptime.shape[0]:
             self._ptime[:n] = times
-        n_full = int((kinds == _FULL).sum())
+        n_full = int((kinds == hk.FULL).sum())
         self._ftk, self._ftv = _table(2 * n_full)
         self._ltk, self._ltv = _table(2 * (n - n_full))
-        meta[_T] = n
-        meta[_FSIZE] = meta[_LIVE_F] = n_full
-        meta[_LSIZE] = meta[_LIVE_L] = n - n_full
-        meta[_TOTAL] = n_full * meta[_FB] + (n - n_full) * meta[_LB]
-        meta[_NOW] = state.now_ns
-        meta[_EXP_F] = state.expired_blocks
-        meta[_DROP_F] = state.dropped_blocks
-        _compact(meta, self._ftk, self._ftv, self._ltk, self._ltv, self._pkey,
+        meta[hk.T] = n
+        meta[hk.FSIZE] = meta[hk.LIVE_F] = n_full
+        meta[hk.LSIZE] = meta[hk.LIVE_L] = n - n_full
+        meta[hk.TOTAL] = n_full * meta[hk.FB] + (n - n_full) * meta[hk.LB]
+        meta[hk.NOW] = state.now_ns
+        meta[hk.EXP_F] = state.expired_blocks
+        meta[hk.DROP_F] = state.dropped_blocks
+        hk.compact(meta, self._ftk, self._ftv, self._ltk, self._ltv, self._pkey,
                  self._pkind, self._ptime)  # fmt: skip
-        _build_fenwick(meta, self._fen, self._fcnt, self._pkind)
+        hk.build_fenwick(meta, self._fen, self._fcnt, self._pkind)
 
     # ------------------------------------------------------------- invariants
 
     def _check(self) -> None:
         """Verify every invariant from scratch (tests call this). O(U + table size)."""
         meta = self._meta
-        t, floor = int(meta[_T]), int(meta[_FLOOR])
+        t, floor = int(meta[hk.T]), int(meta[hk.FLOOR])
         assert 0 <= floor <= t <= self._fen.shape[0]
         kinds = self._pkind
         live = [q for q in range(floor, t) if kinds[q]]
         assert not kinds[:floor].any() and not kinds[t:].any(), "live marker outside [floor, T)"
-        full = {int(self._pkey[q]): q for q in live if kinds[q] == _FULL}
-        lin = {int(self._pkey[q]): q for q in live if kinds[q] == _LIN}
-        assert len(full) == meta[_LIVE_F] == meta[_FSIZE]
-        assert len(lin) == meta[_LIVE_L] == meta[_LSIZE]
+        full = {int(self._pkey[q]): q for q in live if kinds[q] == hk.FULL}
+        lin = {int(self._pkey[q]): q for q in live if kinds[q] == hk.LIN}
+        assert len(full) == meta[hk.LIVE_F] == meta[hk.FSIZE]
+        assert len(lin) == meta[hk.LIVE_L] == meta[hk.LSIZE]
         for tk, tv, want in ((self._ftk, self._ftv, full), (self._ltk, self._ltv, lin)):
-            got = {int(k): int(v) for k, v in zip(tk, tv) if v != _EMPTY}
+            got = {int(k): int(v) for k, v in zip(tk, tv) if v != hk.EMPTY}
             assert got == want, "table disagrees with the position space"
-        charge = {_FULL: int(meta[_FB]), _LIN: int(meta[_LB])}
+        charge = {hk.FULL: int(meta[hk.FB]), hk.LIN: int(meta[hk.LB])}
         weights = np.zeros(self._fen.shape[0], np.int64)
         for q in live:
             weights[q] = charge[int(kinds[q])]
@@ -711,10 +377,10 @@ class HybridLRU:
             assert fenwick_prefix(self._fen, q) - fenwick_prefix(self._fen, floor) == int(
                 weights[floor:q].sum()
             ), f"Fenwick sum wrong at {q}"
-        assert meta[_TOTAL] == weights.sum()
+        assert meta[hk.TOTAL] == weights.sum()
         assert fenwick_prefix(self._fen, t) - fenwick_prefix(self._fen, floor) == weights.sum()
         assert fenwick_prefix(self._fcnt, t) - fenwick_prefix(self._fcnt, floor) == len(full)
-        assert not meta[_LIMIT] or meta[_TOTAL] <= meta[_LIMIT]
+        assert not meta[hk.LIMIT] or meta[hk.TOTAL] <= meta[hk.LIMIT]
         if self._ptime.shape[0] and live:
             times = self._ptime[live]
             assert (np.diff(times) >= 0).all(), "access times must grow with positions"

@@ -15,10 +15,10 @@ Speed comes from runs: blocks of one chain are submitted together and so hold
 consecutive positions. Inside such a run depths grow by exactly one per block, so a rank
 query is needed only at a run break, and dead-marking is done per run. Ranks use
 ``depth(p) = (t - p) - dead_in[p, t)``: new markers are appended live at the end and
-cost nothing; dead markers are kept as per-bucket bit masks (``_W`` positions a bucket)
-with dead counts per bucket and per super-bucket (``_SW`` buckets), so ``dead_in[p, t)``
-is one popcount plus two C-speed suffix sums: at most ``_SW`` bucket counts and
-``U / (_W * _SW)`` super-bucket counts (a few dozen for millions of live blocks). (A
+cost nothing; dead markers are kept as per-bucket bit masks (``W`` positions a bucket)
+with dead counts per bucket and per super-bucket (``SW`` buckets), so ``dead_in[p, t)``
+is one popcount plus two C-speed suffix sums: at most ``SW`` bucket counts and
+``U / (W * SW)`` super-bucket counts (a few dozen for millions of live blocks). (A
 Fenwick tree over buckets was measured slower: its log-depth loops run in the
 interpreter.) A request costs O(n) C-speed dict and list work plus O(runs) Python
 operations.
@@ -38,10 +38,10 @@ least recent live markers beyond K are put below it, so exactly K blocks stay tr
 the contents of an LRU of capacity K. Depths of the survivors do not change, so every
 capacity <= K stays exact, and the infinite projection becomes "an LRU of K". The boundary
 only moves forward: it skips whole buckets by their dead counts and finds its place in the
-last bucket by popcounts, so a request pays O(1 + blocks dropped / _W) amortised bucket
-steps plus O(_SHIFT) popcounts, independent of K. Dropped keys leave the dict at the next
+last bucket by popcounts, so a request pays O(1 + blocks dropped / W) amortised bucket
+steps plus O(SHIFT) popcounts, independent of K. Dropped keys leave the dict at the next
 compaction, which a limited engine triggers on tracked (not merely non-dead) blocks, so
-the dict and the position space stay O(K + _SLACK) under any flood of fresh keys.
+the dict and the position space stay O(K + SLACK) under any flood of fresh keys.
 
 Snapshots: :meth:`LiteHit.export_state` returns exactly what a compaction keeps (tracked
 keys in recency order, their access times per run, the clock and the counters) and
@@ -59,26 +59,20 @@ from collections.abc import Sequence
 from itertools import compress, groupby, islice
 from operator import add, eq
 
-import numpy as np
-
+from litehit_core.lite_hit_state import (
+    LOW,
+    SHIFT,
+    SLACK,
+    SSHIFT,
+    LiteHitSnapshots,
+)
 from litehit_core.model import (
     HitCurveSegment,
     InvalidRequestError,
     RequestFact,
     check_lru_parameters,
 )
-from litehit_core.state import EngineState, validated_arrays
 
-MODEL = "lru"
-"""This engine's name in :data:`litehit_core.engine.MODELS`: the ``model`` of its states
-(:class:`~litehit_core.compact_lite_hit.CompactLiteHit` writes and reads the same)."""
-
-_SHIFT = 12  # bucket = 4096 positions (one Python int bit mask each); chosen by measurement
-_W = 1 << _SHIFT
-_LOW = _W - 1
-_SSHIFT = 3  # super-bucket = 8 buckets; chosen by measurement
-_SW = 1 << _SSHIFT
-_SLACK = 1 << 14  # positions of slack before compaction / growth
 _SAMPLE = 128  # keys sampled (oldest and newest) to size the key ints
 _EMPTY: tuple[HitCurveSegment, ...] = ()
 _INT64_MIN = -(1 << 63)
@@ -86,7 +80,7 @@ _INT64_MAX = (1 << 63) - 1
 _new_segment = tuple.__new__
 
 
-class LiteHit:
+class LiteHit(LiteHitSnapshots):
     """Exact prefix-hit engine for an LRU of every capacity (capacity-independent).
 
     ``ttl_ns``: block lifetime in ns (0 disables expiry). ``max_tracked_blocks``: most
@@ -144,127 +138,22 @@ class LiteHit:
         self.expired_blocks = 0
         self.dropped_blocks = 0
         self._by_pos = array("q")
-        self._alloc(_SLACK)
-
-    def export_state(self) -> EngineState:
-        """The engine's state for a durable snapshot (see :class:`EngineState`).
-
-        Exactly what a compaction keeps: the tracked keys least recent first, their access
-        times per run (with TTL), the clock and the counters. The engine is unchanged.
-        Cost: a bounded engine (TTL or limit: every engine of the service) reads its
-        key-by-position array and dead-marker bits, O(U) numpy work that never touches the
-        dict (U = position space, O(tracked blocks + slack)); an unbounded one reads keys
-        and positions from the dict with ``np.fromiter`` and scatters them at their
-        positions, O(D + U). No sort either way; epochs by one ``np.searchsorted``.
-        InvalidRequestError if a key does not fit in int64 (keys of the service and the
-        trace readers always do).
-        """
-        pexp = self._pexp
-        if self._bounded:
-            present, keys = self._live_by_position()
-        else:
-            present, keys = self._live_from_dict()
-        times = None
-        if self._ttl and len(keys):
-            ordered = np.flatnonzero(present)
-            ordered += pexp
-            epoch = np.searchsorted(np.array(self._ep_pos, np.int64), ordered, "right") - 1
-            times = np.array(self._ep_time, np.int64)[epoch]
-        return EngineState.exported(
-            MODEL, keys, times, self._now, self.expired_blocks, self.dropped_blocks
-        )
-
-    def _live_by_position(self) -> tuple[np.ndarray, np.ndarray]:
-        """(live mask over [boundary, next), live keys in order) of a bounded engine: read
-        from the key-by-position array and the dead-marker bits, without touching the dict.
-        O(U) numpy work (a copy of the array and the unpacked bits): milliseconds for
-        millions of blocks, which is all a snapshot holds the instance's lock for."""
-        pexp, t = self._pexp, self._next
-        keys = np.frombuffer(self._by_pos, np.int64, t)[pexp:]
-        words = b"".join(w.to_bytes(_W >> 3, "little") for w in self._mask)
-        dead = np.unpackbits(np.frombuffer(words, np.uint8), bitorder="little")[pexp:t]
-        present = dead == 0
-        return present, keys[present]
-
-    def _live_from_dict(self) -> tuple[np.ndarray, np.ndarray]:
-        """(live mask over [boundary, next), live keys in order) read from the dict: keys
-        and positions with ``np.fromiter``, scattered at their positions (no sort).
-        O(D + U) C-speed work for D dict entries."""
-        pos = self._pos
-        n = len(pos)
-        pexp = self._pexp
-        try:
-            keys = np.fromiter(pos.keys(), np.int64, n)
-        except (OverflowError, TypeError) as exc:
-            raise InvalidRequestError(f"export_state needs int64 block keys: {exc}") from None
-        positions = np.fromiter(pos.values(), np.int64, n)
-        if pexp:
-            kept = positions >= pexp
-            keys = keys[kept]
-            positions = positions[kept]
-            positions -= pexp
-        span = self._next - pexp
-        present = np.zeros(span, np.bool_)
-        present[positions] = True
-        by_position = np.empty(span, np.int64)
-        by_position[positions] = keys
-        return present, by_position[present]
-
-    @classmethod
-    def from_state(cls, state: EngineState, ttl_ns: int, max_tracked_blocks: int) -> LiteHit:
-        """An engine that continues exactly where the one that exported ``state`` stopped.
-
-        ``ttl_ns`` and ``max_tracked_blocks`` are the engine's parameters (normally those of
-        the exporting engine). A smaller limit than the state's key count drops the least
-        recent keys at once (counted in ``dropped_blocks``), as a shrinking LRU would; a
-        different TTL applies to the stored access times. The state is validated first:
-        InvalidRequestError, naming the field, for a wrong model or format version, arrays
-        that are not one-dimensional int64, duplicate keys, epochs that do not start at 0,
-        do not strictly increase, lie beyond the keys or after ``now_ns``, a state without
-        access times for an engine with TTL, or negative counters.
-        Cost: O(n) C-speed work for n keys (``dict(zip(keys.tolist(), range(n)))``) plus
-        O(n / _W) for the bucket arrays; the validation is O(n) numpy work.
-        """
-        engine = cls(ttl_ns=ttl_ns, max_tracked_blocks=max_tracked_blocks)
-        keys, starts, times = validated_arrays(state, MODEL, engine._ttl)
-        n = len(keys)
-        pos = dict(zip(keys.tolist(), range(n)))
-        if len(pos) != n:
-            raise InvalidRequestError(
-                f"state.keys must be distinct, got {n - len(pos)} duplicate(s) in {n} keys"
-            )
-        engine._pos = pos
-        engine._next = n
-        if engine._bounded:
-            engine._by_pos = array("q", keys.tobytes())
-        engine._alloc(2 * n + _SLACK)
-        if engine._ttl:
-            engine._ep_pos = starts.tolist()
-            engine._ep_time = times.tolist()
-        engine._now = int(state.now_ns)
-        engine.expired_blocks = int(state.expired_blocks)
-        engine.dropped_blocks = int(state.dropped_blocks)
-        limit = engine._limit
-        if limit and n > limit:
-            engine._drop(n - limit)
-            if n > 3 * limit + _SLACK:
-                engine._compact()
-        return engine
+        self._alloc(SLACK)
 
     def _alloc(self, capacity: int, keep: bool = False) -> None:
         """Size the bucket arrays for ``capacity`` positions; ``keep`` extends in place."""
-        nb = ((capacity >> (_SHIFT + _SSHIFT)) + 1) << _SSHIFT
+        nb = ((capacity >> (SHIFT + SSHIFT)) + 1) << SSHIFT
         if keep:
             extra = nb - self._nb
             self._mask.extend([0] * extra)
             self._bcnt.extend([0] * extra)
-            self._scnt.extend([0] * (extra >> _SSHIFT))
+            self._scnt.extend([0] * (extra >> SSHIFT))
         else:
             self._mask = [0] * nb
             self._bcnt = [0] * nb
-            self._scnt = [0] * (nb >> _SSHIFT)
+            self._scnt = [0] * (nb >> SSHIFT)
         self._nb = nb
-        self._cap = nb << _SHIFT
+        self._cap = nb << SHIFT
 
     def resident_blocks(self, capacities: Sequence[int]) -> tuple[int, ...]:
         """Blocks resident now in an LRU of each capacity (blocks): ``min(unique, C)``.
@@ -305,7 +194,7 @@ class LiteHit:
         engine (TTL or ``max_tracked_blocks``) under churn shrinks at each compaction, and
         for small engines (peak dict tables of a few MiB) the process keeps part of the
         freed memory until the engine regrows into it; ``bench/bench_memory.py`` measures
-        this against RSS. Cost: O(_SAMPLE) plus C-speed O(U / _W) over the bucket masks.
+        this against RSS. Cost: O(_SAMPLE) plus C-speed O(U / W) over the bucket masks.
         """
         getsizeof = sys.getsizeof
         total = self._dict_bytes() + getsizeof(self) + getsizeof(self._by_pos)
@@ -345,10 +234,10 @@ class LiteHit:
         matters with a TTL and is clamped to be non-decreasing.
         With ``max_tracked_blocks`` the least recent blocks beyond it are dropped afterwards.
         Cost: O(n) C-speed dict/list work plus O(runs) interpreter steps, each with C-speed
-        sums over at most ``_SW`` bucket counters and ``U / (_W * _SW)`` super-bucket counters
+        sums over at most ``SW`` bucket counters and ``U / (W * SW)`` super-bucket counters
         (U = position space, O(live blocks) thanks to compaction); a limit adds amortised
-        O(1 + n / _W) bucket steps and O(_SHIFT) popcounts (see :meth:`_drop`); compaction
-        costs O(L log L) once per at least 2L + ``_SLACK`` new positions (amortised).
+        O(1 + n / W) bucket steps and O(SHIFT) popcounts (see :meth:`_drop`); compaction
+        costs O(L log L) once per at least 2L + ``SLACK`` new positions (amortised).
         """
         keys = block_keys if type(block_keys) is list else list(block_keys)
         n = len(keys)
@@ -368,7 +257,7 @@ class LiteHit:
         if self._next + n > self._cap:
             self._grow(n)
         if not n:
-            if self._bounded and self._next > 3 * self.current_unique_blocks() + _SLACK:
+            if self._bounded and self._next > 3 * self.current_unique_blocks() + SLACK:
                 self._compact()  # expiry alone may have left mostly stale positions
             return RequestFact(_EMPTY, 0)
 
@@ -419,12 +308,12 @@ class LiteHit:
         for j0, length in runs:
             p = olds[j0]
             # depth(p) = (t - p) - dead_in[p, t), read on the snapshot
-            b = p >> _SHIFT
-            sb = b >> _SSHIFT
+            b = p >> SHIFT
+            sb = b >> SSHIFT
             start = (
                 (t - p)
-                - (mask[b] >> (p & _LOW)).bit_count()
-                - sum(bcnt[b + 1 : (sb + 1) << _SSHIFT])
+                - (mask[b] >> (p & LOW)).bit_count()
+                - sum(bcnt[b + 1 : (sb + 1) << SSHIFT])
                 - sum(scnt[sb + 1 :])
             )
             if start <= last_end:
@@ -441,14 +330,14 @@ class LiteHit:
             p = olds[j0]
             lo = p - length + 1
             while lo <= p:
-                b = lo >> _SHIFT
-                end = (b << _SHIFT) | _LOW
+                b = lo >> SHIFT
+                end = (b << SHIFT) | LOW
                 if end > p:
                     end = p
                 cnt = end - lo + 1
-                mask[b] |= ((1 << cnt) - 1) << (lo & _LOW)
+                mask[b] |= ((1 << cnt) - 1) << (lo & LOW)
                 bcnt[b] += cnt
-                scnt[b >> _SSHIFT] += cnt
+                scnt[b >> SSHIFT] += cnt
                 lo = end + 1
         dead_add = m
         if scattered:
@@ -478,9 +367,9 @@ class LiteHit:
             if self._limit and tracked > self._limit:
                 self._drop(tracked - self._limit)
                 tracked = self._limit
-            if t > 3 * tracked + _SLACK:
+            if t > 3 * tracked + SLACK:
                 self._compact()
-        elif t > 3 * (t - dead) + _SLACK:
+        elif t > 3 * (t - dead) + SLACK:
             self._compact()
         return _new_segment(RequestFact, (tuple(segments), n))
 
@@ -493,23 +382,23 @@ class LiteHit:
         for p in olds[m:]:
             if p is None or p < pexp:
                 continue
-            b = p >> _SHIFT
-            mask[b] |= 1 << (p & _LOW)
+            b = p >> SHIFT
+            mask[b] |= 1 << (p & LOW)
             bcnt[b] += 1
-            scnt[b >> _SSHIFT] += 1
+            scnt[b >> SSHIFT] += 1
             killed += 1
         return killed
 
     def _dead_before(self, p: int) -> int:
-        """Dead markers at positions < p. O(U / (_W * _SW) + _SW) in C-speed sums."""
+        """Dead markers at positions < p. O(U / (W * SW) + SW) in C-speed sums."""
         if p >= self._cap:
             return self._dead
-        b = p >> _SHIFT
-        sb = b >> _SSHIFT
+        b = p >> SHIFT
+        sb = b >> SSHIFT
         return (
             sum(self._scnt[:sb])
-            + sum(self._bcnt[sb << _SSHIFT : b])
-            + (self._mask[b] & ((1 << (p & _LOW)) - 1)).bit_count()
+            + sum(self._bcnt[sb << SSHIFT : b])
+            + (self._mask[b] & ((1 << (p & LOW)) - 1)).bit_count()
         )
 
     def _advance_expiry(self, now: int) -> None:
@@ -543,7 +432,7 @@ class LiteHit:
         Requires ``0 < excess < current_unique_blocks()``. Whole buckets are skipped by
         their dead counts (the boundary only moves forward, so each bucket is crossed once
         between compactions); in the last bucket the place is found by a fixed-point step
-        and, if that does not settle, a binary search: O(_SHIFT) popcounts of one bucket.
+        and, if that does not settle, a binary search: O(SHIFT) popcounts of one bucket.
         """
         self.dropped_blocks += excess
         start = p = self._pexp
@@ -552,9 +441,9 @@ class LiteHit:
         bcnt = self._bcnt
         dead_skipped = 0
         while True:
-            b = p >> _SHIFT
-            lo = p & _LOW
-            end = (b + 1) << _SHIFT
+            b = p >> SHIFT
+            lo = p & LOW
+            end = (b + 1) << SHIFT
             if end > t:
                 end = t
             # dead bits never lie at or beyond ``t``, so no upper mask is needed
@@ -599,7 +488,7 @@ class LiteHit:
 
     def _grow(self, incoming: int) -> None:
         """Extend the position space (no renumbering): amortised O(1) per position."""
-        self._alloc(2 * (self._next + incoming) + _SLACK, keep=True)
+        self._alloc(2 * (self._next + incoming) + SLACK, keep=True)
 
     def _compact(self) -> None:
         """Renumber surviving markers to 0..L-1 (order kept); drop expired and dropped keys.
@@ -642,66 +531,12 @@ class LiteHit:
         self._dead = 0
         self._pexp = 0
         self._dead_below = 0
-        self._alloc(2 * n_live + _SLACK)
-
-    # ------------------------------------------------------------- invariants
-    def _check(self) -> None:
-        """Verify every internal invariant from scratch (tests call this). O(U)."""
-        pos, t, pexp = self._pos, self._next, self._pexp
-        values = set(pos.values())
-        assert len(values) == len(pos), "two keys share a position"
-        assert all(0 <= p < t for p in values), "position outside [0, next)"
-        assert t <= self._cap == self._nb << _SHIFT
-        assert len(self._mask) == len(self._bcnt) == self._nb == len(self._scnt) << _SSHIFT
-        live = [0] * self._nb
-        for p in values:
-            live[p >> _SHIFT] |= 1 << (p & _LOW)
-        dead = dead_below = 0
-        counts = [0] * self._nb
-        for b, word in enumerate(self._mask):
-            counts[b] = word.bit_count()
-            dead += counts[b]
-            lo = b << _SHIFT
-            in_range = _span_bits(max(pexp, lo) - lo, min(t, lo + _W) - lo)
-            below = _span_bits(0, min(pexp, lo + _W) - lo)
-            assert word & in_range == in_range & ~live[b], f"marker state wrong in bucket {b}"
-            assert not word & ~(in_range | below), f"dead bit beyond next in bucket {b}"
-            assert not word & below & live[b], f"live key below expiry marked dead in {b}"
-            dead_below += (word & below).bit_count()
-        assert dead == self._dead, (dead, self._dead)
-        assert dead_below == self._dead_below, (dead_below, self._dead_below)
-        assert self._bcnt == counts, "bucket dead counts wrong"
-        for sb, total in enumerate(self._scnt):
-            assert total == sum(counts[sb << _SSHIFT : (sb + 1) << _SSHIFT]), f"super {sb} wrong"
-        assert self._ep_pos == sorted(self._ep_pos)
-        assert self._ep_time == sorted(self._ep_time)
-        assert len(self._ep_pos) == len(self._ep_time)
-        assert not self._ttl or not self._ep_time or self._ep_time[-1] <= self._now
-        tracked = [p for p in values if p >= pexp]
-        if self._ttl and tracked:
-            assert self._ep_pos and self._ep_pos[0] <= min(tracked), "a block has no epoch"
-        assert 0 <= pexp <= t, f"boundary {pexp} outside [0, {t}]"
-        unique = self.current_unique_blocks()
-        assert unique == len(tracked)
-        assert self._bounded == bool(self._ttl or self._limit)
-        assert not self._limit or unique <= self._limit, f"{unique} > {self._limit} tracked"
-        assert self.expired_blocks >= 0 and self.dropped_blocks >= 0
-        if self._bounded:  # no key it no longer tracks; the key of every live position
-            assert len(pos) == unique, f"{len(pos) - unique} untracked keys kept"
-            by_pos = self._by_pos
-            assert len(by_pos) >= t
-            assert all(by_pos[p] == k for k, p in pos.items()), "key by position wrong"
-        assert t <= 3 * unique + _SLACK, f"compaction overdue: {t} positions, {unique} live"
+        self._alloc(2 * n_live + SLACK)
 
 
 def _allocated(value: object) -> int:
     """Bytes the small-object allocator takes for ``value``: its size rounded up to 16."""
     return (sys.getsizeof(value) + 15) & ~15
-
-
-def _span_bits(lo: int, hi: int) -> int:
-    """Bit mask of offsets lo..hi-1 (empty when hi <= lo)."""
-    return ((1 << (hi - lo)) - 1) << lo if hi > lo else 0
 
 
 def _split_runs(olds: list[int | None], m: int) -> list[tuple[int, int]]:

@@ -20,15 +20,8 @@ from oracle import NaiveLRU, tree_trace
 from test_lite_hit import assert_states_equal
 
 from litehit_core import InvalidRequestError, LiteHit, project_blocks, project_infinite
-from litehit_core.compact_lite_hit import (
-    _CAP,
-    _MAX_LOAD_DEN,
-    _MAX_LOAD_NUM,
-    _SLACK,
-    _T,
-    BatchFacts,
-    CompactLiteHit,
-)
+from litehit_core.compact_kernels import CAP, MAX_LOAD_DEN, MAX_LOAD_NUM, SLACK, T
+from litehit_core.compact_lite_hit import BatchFacts, CompactLiteHit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from synthetic import SyntheticTrace  # noqa: E402
@@ -162,13 +155,13 @@ def test_position_space_and_table_stay_bounded_under_a_flood():
     for i in range(200_000 // 32):
         engine.process_request(list(range(10**12 + 32 * i, 10**12 + 32 * i + 32)), now_ns=i)
         biggest = max(biggest, engine.memory_usage_bytes())
-        assert engine._meta[_T] <= engine._meta[_CAP] <= 2 * (limit + 32) + _SLACK + 64
+        assert engine._meta[T] <= engine._meta[CAP] <= 2 * (limit + 32) + SLACK + 64
         if i % 1000 == 0:
             engine._check()
     engine._check()
     assert engine.current_unique_blocks() == limit
     assert engine.dropped_blocks == 200_000 - limit
-    assert biggest <= 8 * (2 * (limit + 32) + _SLACK + 64) + 4 * 4 * (1 << 14) + 4096
+    assert biggest <= 8 * (2 * (limit + 32) + SLACK + 64) + 4 * 4 * (1 << 14) + 4096
     last = list(range(10**12 + 200_000 - 32, 10**12 + 200_000))
     assert project_blocks(engine.process_request(last, 200_000 // 32), 32) == 32
 
@@ -203,9 +196,9 @@ def test_compaction_keeps_the_space_within_twice_the_live_blocks():
             cold += 10
     engine._check()
     live = engine.current_unique_blocks()
-    assert engine._meta[_CAP] <= 4 * (live + 40) + _SLACK + 64
+    assert engine._meta[CAP] <= 4 * (live + 40) + SLACK + 64
     entries = int(engine._meta[11])
-    assert entries * _MAX_LOAD_DEN <= engine._tv.shape[0] * _MAX_LOAD_NUM
+    assert entries * MAX_LOAD_DEN <= engine._tv.shape[0] * MAX_LOAD_NUM
 
 
 @pytest.mark.parametrize("seed", [1, 2])
