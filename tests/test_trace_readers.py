@@ -1,16 +1,21 @@
 """The trace-reader registry: every registered format reads its example, round-trips through
 the standard format, is recognised by ``detect_format`` and reports a bad line at its line;
-unknown names are clear errors; the package's modules stay small, documented and acyclic."""
+unknown names are clear errors; the package's modules stay small, documented and acyclic;
+its capabilities agree with what each reader does, and no code outside the package tests a
+format's name (an AST walk of ``litehit_service.offline`` and ``litehit_service.commands``)."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 from pathlib import Path
 
 import pytest
+from layout import iter_modules
 
 from litehit_core import LocatedError
+from litehit_service.commands import simulate as simulate_command
 from litehit_service.offline import config, convert, simulate
 from litehit_service.offline.traces import (
     EVENT_KINDS,
@@ -42,6 +47,114 @@ def test_the_registry_holds_the_formats_the_commands_offer() -> None:
     assert format_names() == tuple(READERS) == ("standard", "mooncake", "lmcache")
     for offered in (config.TRACE_FORMATS, convert.FORMATS, simulate.FORMATS):
         assert set(offered) <= set(READERS), offered
+    # every command offers every format, in its documented order
+    assert config.TRACE_FORMATS == format_names()
+    assert convert.FORMATS == ("mooncake", "lmcache", "standard")  # the output format last
+    assert simulate.FORMATS == tuple(sorted(READERS))  # name order: lmcache (default) first
+
+
+def test_simulate_and_sweep_offer_the_simulator_formats() -> None:
+    parser = argparse.ArgumentParser()
+    simulate_command.add_input_options(parser)
+    (action,) = [a for a in parser._actions if "--format" in a.option_strings]
+    assert tuple(action.choices) == simulate.FORMATS
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_capabilities_agree_with_what_the_reader_does(name: str, tmp_path: Path) -> None:
+    reader = READERS[name]
+    assert reader.whole_input == (reader.line_parser() is None)
+    assert reader.sizes_in_trace == (reader.default_block_size is None)
+    assert reader.names_instances == ("instance_id" not in reader.options)
+    if reader.default_block_size is not None:
+        assert type(reader.default_block_size) is int and reader.default_block_size > 0
+    path = write_example(tmp_path, reader)
+    if not reader.sizes_in_trace:
+        with pytest.raises(NotImplementedError, match=f"{name!r} does not state its key sizes"):
+            reader.read_sized(path)
+        return
+    assert "block_size" not in reader.options
+    events, sizes = reader.read_sized(path)
+    assert events == list(reader.read(path))
+    assert {e.instance_id for e in events} == set(sizes)
+    for chunk, kv_bytes in sizes.values():
+        assert chunk > 0 and kv_bytes > 0
+
+
+def test_default_block_sizes() -> None:
+    assert READERS["standard"].default_block_size == config.DEFAULT_BLOCK_SIZE == 256
+    assert READERS["mooncake"].default_block_size == convert.DEFAULT_MOONCAKE_BLOCK_SIZE == 512
+    assert convert.DEFAULT_STANDARD_BLOCK_SIZE == config.DEFAULT_BLOCK_SIZE
+
+
+# ---------------------------------------------------------------- no format-name tests
+
+WALKED = ("litehit_service.offline", "litehit_service.commands")
+"""The packages whose code must ask a reader, not test a format's name."""
+TRACES = "litehit_service.offline.traces"
+FORMAT_NAMES = frozenset(format_names())
+
+
+def _constants(node: ast.AST) -> set[str]:
+    """String constants of an operand (itself, or the items of a literal tuple/list/set)."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return {n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def format_name_tests(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of every test of a registered format name in ``tree``: a comparison
+    (``==``, ``!=``, ``in``, ...) with one, a ``match`` case on one, a lookup by one, or a
+    table keyed by them."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            names = set().union(*map(_constants, [node.left, *node.comparators]))
+            if names & FORMAT_NAMES:
+                found.append((node.lineno, f"compares with {sorted(names & FORMAT_NAMES)}"))
+        elif isinstance(node, ast.MatchValue):
+            names = _constants(node.value) & FORMAT_NAMES
+            if names:
+                found.append((node.lineno, f"matches {sorted(names)}"))
+        elif isinstance(node, ast.Subscript):
+            names = _constants(node.slice) & FORMAT_NAMES
+            if names:
+                found.append((node.lineno, f"looks up {sorted(names)}"))
+        elif isinstance(node, ast.Dict):
+            names = set().union(*(_constants(k) for k in node.keys if k is not None))
+            if names & FORMAT_NAMES:
+                found.append((node.lineno, f"table keyed by {sorted(names & FORMAT_NAMES)}"))
+    return found
+
+
+def test_no_code_outside_the_trace_package_tests_a_format_name() -> None:
+    walked = []
+    offenders = []
+    for module in iter_modules():
+        inside = any(module.name == p or module.name.startswith(p + ".") for p in WALKED)
+        if not inside or module.name == TRACES or module.name.startswith(TRACES + "."):
+            continue
+        walked.append(module.name)
+        for line, what in format_name_tests(module.tree()):
+            offenders.append(f"{module.path}:{line}: {what}")
+    assert {"litehit_service.offline.replay", "litehit_service.commands.convert"} <= set(walked)
+    assert offenders == [], "format names tested outside offline.traces:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ('if fmt == "lmcache": pass', "compares with ['lmcache']"),
+        ('ok = "mooncake" != config.trace_format', "compares with ['mooncake']"),
+        ('x = fmt in ("standard", "csv")', "compares with ['standard']"),
+        ('match fmt:\n    case "mooncake": pass', "matches ['mooncake']"),
+        ('SIZE["standard"]', "looks up ['standard']"),
+        ('SIZE = {"mooncake": 512}', "table keyed by ['mooncake']"),
+        ('fmt == other or fmt == "lmcacheX" or reader.whole_input', None),
+    ],
+)
+def test_the_walker_sees_each_kind_of_format_name_test(source: str, expected: str | None) -> None:
+    found = format_name_tests(ast.parse(source))
+    assert [what for _, what in found] == ([expected] if expected else [])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -30,6 +30,7 @@ from litehit_service.offline.convert import (
     DEFAULT_TIME_OFFSET_NS,
     FORMATS,
 )
+from litehit_service.offline.traces import READERS, get_reader
 
 
 def register(subparsers: Any) -> None:
@@ -126,20 +127,29 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
 
 
+def _taking(option: str) -> str:
+    """The formats whose reader takes ``option``, as ``--from`` values (``mooncake``)."""
+    return " / ".join(name for name, reader in READERS.items() if option in reader.options)
+
+
 def _option_error(args: argparse.Namespace) -> str | None:
-    """Why the options do not fit ``--from`` (or ``None``)."""
+    """Why the options do not fit ``--from`` (or ``None``): each is a question to the
+    format's reader (the options it takes, whether its trace states its key sizes)."""
     fmt = args.source_format
-    if args.instance_id is not None and fmt != "mooncake":
-        return f"--instance-id applies to --from mooncake only, not --from {fmt}"
+    reader = get_reader(fmt)
+    if args.instance_id is not None and "instance_id" not in reader.options:
+        return f"--instance-id applies to --from {_taking('instance_id')} only, not --from {fmt}"
     if args.instance_id is not None and not args.instance_id:
         return "--instance-id must not be empty"
-    if args.model is not None and fmt != "lmcache":
-        return f"--model applies to --from lmcache only, not --from {fmt}"
-    if args.block_size is not None and fmt == "lmcache":
-        return "--block-size does not apply to --from lmcache (chunk_size comes from the logs)"
-    if args.block_size is not None and fmt == "standard" and args.emit_config is None:
-        return "--block-size with --from standard only sets block_size in --emit-config"
-    if args.kv_bytes_per_chunk is not None and fmt != "lmcache" and args.emit_config is None:
+    if args.model is not None and "model" not in reader.options:
+        return f"--model applies to --from {_taking('model')} only, not --from {fmt}"
+    if args.block_size is not None and reader.sizes_in_trace:
+        return f"--block-size does not apply to --from {fmt} (chunk_size comes from the logs)"
+    no_block_option = "block_size" not in reader.options
+    if args.block_size is not None and no_block_option and args.emit_config is None:
+        return f"--block-size with --from {fmt} only sets block_size in --emit-config"
+    no_kv_option = "kv_bytes_per_chunk" not in reader.options
+    if args.kv_bytes_per_chunk is not None and no_kv_option and args.emit_config is None:
         return f"--kv-bytes-per-chunk with --from {fmt} only sets the spec size in --emit-config"
     if args.emit_config is not None and _same_path(args.emit_config, args.output):
         return "--emit-config and --output must be different"

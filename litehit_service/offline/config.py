@@ -54,6 +54,7 @@ from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
 )
+from litehit_service.offline.traces.registry import format_names, get_reader
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -68,8 +69,8 @@ __all__ = [
 
 DEFAULT_BLOCK_SIZE = 256
 """Default trace granularity (tokens per key) of a replay config."""
-TRACE_FORMATS = ("standard", "mooncake", "lmcache")
-"""Accepted ``trace_format`` values."""
+TRACE_FORMATS = format_names()
+"""Accepted ``trace_format`` values: the registered trace formats, in registration order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,15 +241,15 @@ def check_config(config: ReplayConfig) -> None:
             f"{override!r} is not one of the configured instances {sorted(seen)}",
         )
     if (
-        config.trace_format == "mooncake"
+        not get_reader(config.trace_format).names_instances
         and not override
         and not config.fanout_all_instances
         and len(config.instances) != 1
     ):
         raise err(
             "trace_format",
-            f"a mooncake trace has no instance ids but {len(config.instances)} instances are "
-            "configured: set override_instance_id or fanout_all_instances",
+            f"a {config.trace_format} trace has no instance ids but {len(config.instances)} "
+            "instances are configured: set override_instance_id or fanout_all_instances",
         )
 
 

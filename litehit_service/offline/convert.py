@@ -35,20 +35,28 @@ from litehit_service.offline.outputs import (
 )
 from litehit_service.offline.traces import (
     INT64_MAX,
+    READERS,
     TraceEvent,
     format_standard_event,
+    get_reader,
     open_trace,
     parse_lines,
-    read_lmcache,
     trace_lines,
 )
+from litehit_service.offline.traces.mooncake import DEFAULT_BLOCK_SIZE as MOONCAKE_BLOCK_SIZE
+from litehit_service.offline.traces.standard import DEFAULT_BLOCK_SIZE as STANDARD_BLOCK_SIZE
+from litehit_service.offline.traces.standard import READER as OUTPUT_READER
 
-FORMATS = ("mooncake", "lmcache", "standard")
+FORMATS = tuple(name for name, reader in READERS.items() if reader is not OUTPUT_READER) + (
+    OUTPUT_READER.name,
+)
+"""``--from`` choices: the registered formats in registration order, the one convert writes
+(standard, :data:`OUTPUT_READER`) last."""
 DEFAULT_TIME_OFFSET_NS = 1_000_000
 """Added to every timestamp so a Mooncake trace (starting at 0 ms) becomes valid (> 0)."""
-DEFAULT_MOONCAKE_BLOCK_SIZE = 512
-"""Tokens per hash id in the Mooncake FAST'25 traces."""
-DEFAULT_STANDARD_BLOCK_SIZE = 256
+DEFAULT_MOONCAKE_BLOCK_SIZE = MOONCAKE_BLOCK_SIZE
+"""Tokens per hash id in the Mooncake FAST'25 traces (the Mooncake reader's default)."""
+DEFAULT_STANDARD_BLOCK_SIZE = STANDARD_BLOCK_SIZE
 """``block_size`` written by ``--emit-config`` for a standard input (the replay default)."""
 PLACEHOLDER_BYTES_PER_TOKEN = 131_072
 """Placeholder KV bytes per token for ``--emit-config`` when the trace does not say
@@ -121,21 +129,21 @@ def _convert(
     max_line_bytes: int,
 ) -> tuple[int, list[str], str]:
     """Write the output (and config) tmp files; returns (events, instance ids, stderr note)."""
+    reader = get_reader(fmt)
     sizes: dict[str, int] = {}
     events: Iterable[TraceEvent] | None = None
     total: int | None = None
-    if fmt == "mooncake":
-        block_size = block_size_arg or DEFAULT_MOONCAKE_BLOCK_SIZE
-    elif fmt == "lmcache":
-        trace = read_lmcache(input_path, model, kv_bytes_per_chunk, max_line_bytes=max_line_bytes)
-        events, total = trace.events, len(trace.events)
-        sizes = {name: info.bytes_per_chunk for name, info in trace.models.items()}
-        chunk_sizes = sorted({info.chunk_size for info in trace.models.values()})
+    if reader.sizes_in_trace:  # LMCache: block and KV bytes per key from the trace
+        events, models = reader.read_sized(
+            input_path, max_line_bytes=max_line_bytes, model=model,
+            kv_bytes_per_chunk=kv_bytes_per_chunk,
+        )  # fmt: skip
+        total = len(events)
+        sizes = {name: kv_bytes for name, (_, kv_bytes) in models.items()}
+        chunk_sizes = sorted({chunk for chunk, _ in models.values()})
         block_size = chunk_sizes[0] if chunk_sizes else 0
         if emit_config and len(chunk_sizes) > 1:
-            listing = ", ".join(
-                f"{name}={info.chunk_size}" for name, info in sorted(trace.models.items())
-            )
+            listing = ", ".join(f"{name}={chunk}" for name, (chunk, _) in sorted(models.items()))
             raise LocatedError(
                 input_path,
                 0,
@@ -143,10 +151,10 @@ def _convert(
                 "pick one with --model",
             )
     else:
-        block_size = block_size_arg or DEFAULT_STANDARD_BLOCK_SIZE
+        block_size = block_size_arg or reader.default_block_size or 0
 
     with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
-        if events is not None:  # LMCache: read (and sorted) already; a bar of events
+        if events is not None:  # read (LMCache: and sorted) already; a bar of events
             count, instances = _write_events(
                 progress(events, "ev", total), out, time_offset_ns, input_path
             )

@@ -61,6 +61,7 @@ from litehit_service.offline.parsing import (
     lmcache_batches,
     pool_batches,
 )
+from litehit_service.offline.traces import get_reader
 from litehit_service.policy import QueryPolicy
 
 __all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
@@ -251,7 +252,8 @@ def run_replay(
     else:
         fixed = None
     default_id = config.override_instance_id or next(iter(lanes))
-    if fmt == "lmcache":
+    whole = get_reader(fmt).whole_input
+    if whole:  # LMCache: the whole log, sorted, as one batch
         batches = lmcache_batches(path, config, max_line_bytes)
     elif config.pipeline_worker_count > 1:
         workers = config.pipeline_worker_count
@@ -262,7 +264,7 @@ def run_replay(
         batches = inline_batches(path, fmt, config.block_size, default_id, progress, max_line_bytes)
 
     facts_path = Path(config.output_result_path) / FACTS_FILENAME
-    bar = _progress_bar(path, fmt, progress)
+    bar = _progress_bar(path, whole, progress)
     try:
         with FactsWriter(facts_path, with_model=with_model) as writer:
             if executor == "ray":
@@ -299,20 +301,22 @@ def run_replay(
     )
 
 
-def _progress_bar(path: str, fmt: str, enabled: bool) -> Any:
+def _progress_bar(path: str, whole_input: bool, enabled: bool) -> Any:
+    """A bar of the trace's bytes, or of requests for a format read whole (``None`` when
+    not ``enabled``)."""
     if not enabled:
         return None
     from tqdm import tqdm
 
     total = None
-    if fmt != "lmcache":
+    if not whole_input:
         try:
             total = os.path.getsize(path)
         except OSError:
             total = None
     return tqdm(
         total=total,
-        unit="B" if fmt != "lmcache" else "req",
+        unit="B" if not whole_input else "req",
         unit_scale=True,
         file=sys.stderr,
         leave=False,

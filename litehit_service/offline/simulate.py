@@ -42,12 +42,7 @@ from litehit_core.engine import staircase_batch_engine
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.projector import MAX_CAPACITY_GB
-from litehit_service.offline.traces import (
-    TraceEvent,
-    read_lmcache,
-    read_mooncake,
-    read_standard,
-)
+from litehit_service.offline.traces import TraceEvent, format_names, get_reader
 
 __all__ = [
     "FORMATS",
@@ -62,11 +57,12 @@ __all__ = [
     "sweep_capacities",
 ]
 
-FORMATS = ("lmcache", "mooncake", "standard")
+FORMATS = tuple(sorted(format_names()))
+"""``--format`` choices: the registered trace formats in name order (lmcache, the default,
+first)."""
 PERCENTILES = (25, 50, 75, 90, 99)
 ROLLING_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
 CURVE_TABLE_ROWS = 12
-_DEFAULT_BLOCK_SIZE = {"mooncake": 512, "standard": 256}
 
 
 class SimulateError(InvalidRequestError):
@@ -126,9 +122,10 @@ def load_workload(
         raise SimulateError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
     if kv_bytes_per_chunk is not None and kv_bytes_per_chunk <= 0:
         raise SimulateError(f"--kv-bytes-per-chunk must be > 0, got {kv_bytes_per_chunk}")
-    if fmt == "lmcache" and block_size is not None:
+    reader = get_reader(fmt)
+    if reader.sizes_in_trace and block_size is not None:
         raise SimulateError("--block-size is not for LMCache logs: chunk_size is in the logs")
-    if fmt != "lmcache" and kv_bytes_per_chunk is None:
+    if not reader.sizes_in_trace and kv_bytes_per_chunk is None:
         raise SimulateError(
             f"--kv-bytes-per-chunk is required for {fmt} inputs (their chunks have no shapes "
             "and dtypes to take the bytes from)"
@@ -139,18 +136,18 @@ def load_workload(
     if not paths:
         raise SimulateError("-i/--input needs at least one file or directory")
     for path in paths:
-        if fmt == "lmcache":
-            trace = read_lmcache(path, model, kv_bytes_per_chunk, max_line_bytes=max_line_bytes)
-            events.extend(trace.events)
-            for name, info in trace.models.items():
-                sizes.setdefault(name, (info.chunk_size, info.bytes_per_chunk))
+        if reader.sizes_in_trace:
+            read_events, models = reader.read_sized(
+                path, max_line_bytes=max_line_bytes, model=model,
+                kv_bytes_per_chunk=kv_bytes_per_chunk,
+            )  # fmt: skip
+            events.extend(read_events)
+            for name, (chunk, kv_bytes) in models.items():
+                sizes.setdefault(name, (chunk, kv_bytes))
             continue
-        size = block_size if block_size is not None else _DEFAULT_BLOCK_SIZE[fmt]
-        if fmt == "mooncake":
-            read = read_mooncake(path, size, max_line_bytes=max_line_bytes)
-        else:
-            read = read_standard(path, max_line_bytes=max_line_bytes)
-        for event in read:
+        size = block_size if block_size is not None else reader.default_block_size or 0
+        options = {"block_size": size} if "block_size" in reader.options else {}
+        for event in reader.read(path, max_line_bytes=max_line_bytes, **options):
             if event.kind == "write" or (model is not None and event.instance_id != model):
                 continue
             events.append(event)

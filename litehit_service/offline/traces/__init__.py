@@ -14,9 +14,12 @@ line raises :class:`~litehit_core.LocatedError` whose text is exactly
 - :mod:`.registry`: format name -> reader (:data:`READERS`, :func:`get_reader`),
   :func:`detect_format`, and :func:`parse_lines`, the batch loop of replay and convert.
 
-Adding a format: one module with a ``TraceReader`` subclass and its ``READER``, and one
-entry in :mod:`.registry`. This package re-exports the names callers use, so
-``from litehit_service.offline.traces import read_mooncake`` keeps working.
+Adding a format: one module with a ``TraceReader`` subclass (its capabilities set:
+``whole_input``, ``sizes_in_trace``, ``default_block_size``, ``names_instances``) and its
+``READER``, and one entry in :mod:`.registry`. Code outside this package asks a reader
+these questions and never tests a format's name (``tests/test_trace_readers.py``). This
+package re-exports the names callers use, so ``from litehit_service.offline.traces import
+read_mooncake`` keeps working.
 """
 
 from litehit_service.offline.traces.jsonl import open_trace, trace_lines

@@ -233,6 +233,8 @@ class LMCacheReader(TraceReader):
 
     name = "lmcache"
     options = ("model", "kv_bytes_per_chunk")
+    whole_input = True
+    sizes_in_trace = True
     example = (
         b'{"timestamp": 2.5, "request_id": "r2", "model_name": "m", "chunk_size": 256, '
         b'"seq_len": 600, "dtypes": ["bfloat16"], "shapes": [[2, 256, 8]], '
@@ -252,6 +254,19 @@ class LMCacheReader(TraceReader):
     ) -> list[TraceEvent]:
         """The events of :func:`read_lmcache`."""
         return read_lmcache(path, model, kv_bytes_per_chunk, max_line_bytes=max_line_bytes).events
+
+    def read_sized(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        model: str | None = None,
+        kv_bytes_per_chunk: int | None = None,
+    ) -> tuple[list[TraceEvent], Mapping[str, ModelInfo]]:
+        """The events and models of :func:`read_lmcache`: model -> (chunk_size, KV bytes
+        per chunk; ``kv_bytes_per_chunk`` when given)."""
+        trace = read_lmcache(path, model, kv_bytes_per_chunk, max_line_bytes=max_line_bytes)
+        return trace.events, trace.models
 
     def sniff(self, obj: Mapping[str, Any]) -> bool:
         """A ``chunk_hashes`` and a ``model_name`` field."""

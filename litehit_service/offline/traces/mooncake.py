@@ -166,6 +166,8 @@ class MooncakeReader(TraceReader):
 
     name = "mooncake"
     options = ("block_size", "instance_id")
+    default_block_size = DEFAULT_BLOCK_SIZE
+    names_instances = False
     example = (
         b'{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]}\n'
         b'{"timestamp": 27, "input_length": 512, "output_length": 3, "hash_ids": [1]}\n'

@@ -67,11 +67,34 @@ class TraceReader:
     order the format documents them); ``example`` (a small valid input file, bytes, that
     every reader's tests read -- ``tests/test_trace_readers.py``). The subclass docstring
     says what the format is (fields, units) and what reading it costs.
+
+    Capabilities, the questions callers ask instead of testing a format's name (each a
+    class attribute, set in the format's module):
+
+    - ``whole_input``: the events need the whole input first (sorted, paired), so
+      :meth:`line_parser` is ``None``; ``replay`` reads it as one batch and progress counts
+      events, not bytes (LMCache);
+    - ``sizes_in_trace``: the trace states each instance's tokens per key and KV bytes per
+      key, given by :meth:`read_sized`, so a caller takes no block size for it and need not
+      be told the KV bytes per key (LMCache's ``chunk_size``, shapes and dtypes);
+    - ``default_block_size``: tokens per key when the caller gives none (Mooncake: its
+      hash-id granularity; standard: a replay config's default); ``None`` exactly when
+      ``sizes_in_trace``;
+    - ``names_instances``: every record names its instance; ``False`` when none does and
+      each event gets the ``instance_id`` option instead (Mooncake), so a replay with more
+      than one instance must route them (``override_instance_id`` / fan-out).
+
+    Whether the format takes an option (``block_size``, ``instance_id``, ``model``,
+    ``kv_bytes_per_chunk``) is ``name in reader.options``.
     """
 
     name: ClassVar[str] = ""
     options: ClassVar[tuple[str, ...]] = ()
     example: ClassVar[bytes] = b""
+    whole_input: ClassVar[bool] = False
+    sizes_in_trace: ClassVar[bool] = False
+    default_block_size: ClassVar[int | None] = None
+    names_instances: ClassVar[bool] = True
 
     def read(
         self,
@@ -97,6 +120,18 @@ class TraceReader:
         that needs the whole input (sorting, pairing). Options the format does not take are
         ignored."""
         return None
+
+    def read_sized(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        **options: Any,
+    ) -> tuple[list[TraceEvent], Mapping[str, tuple[int, int]]]:
+        """For a format with ``sizes_in_trace``: the events of :meth:`read` (a list) and,
+        per instance read, ``(tokens per key, KV bytes per key)`` as the trace states them.
+        ``NotImplementedError`` for any other format."""
+        raise NotImplementedError(f"trace format {self.name!r} does not state its key sizes")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

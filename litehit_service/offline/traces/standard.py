@@ -43,12 +43,17 @@ from litehit_service.offline.traces.records import (
 )
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "READER",
     "StandardReader",
     "format_standard_event",
     "parse_standard_line",
     "read_standard",
 ]
+
+DEFAULT_BLOCK_SIZE = 256
+"""Tokens per key of a standard trace when nobody says (the trace does not): a replay
+config's default ``block_size``."""
 
 
 def parse_standard_line(text: bytes | str, line_no: int, path: str) -> TraceEvent | None:
@@ -167,6 +172,7 @@ class StandardReader(TraceReader):
     lazily in file order, line by line. O(bytes)."""
 
     name = "standard"
+    default_block_size = DEFAULT_BLOCK_SIZE
     example = (
         b'{"type":"request","instance_id":"a","trace_id":"r1","timestamp_ns":1000,'
         b'"keys":[1,2],"input_len":1100}\n'
