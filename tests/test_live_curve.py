@@ -12,15 +12,14 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from conftest import LiveServer
 from oracle import NaiveHybridLRU, NaiveLRU, tree_trace
 
 from litehit_service import messages as pb2
 from litehit_service.cli import main
-from litehit_service.client import OptimizerClient
 from litehit_service.errors import InstanceNotExist, InvalidArgument
 from litehit_service.live import fetch_live_curve
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager
-from litehit_service.metrics import ServiceMetrics
 from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
@@ -28,7 +27,6 @@ from litehit_service.model import (
     LocationSpecGroup,
 )
 from litehit_service.offline.curve import format_table
-from litehit_service.server import create_server
 from litehit_service.snapshots import SnapshotStore
 from litehit_service.wire import hit_rate_curve_from_pb
 
@@ -277,9 +275,9 @@ def test_unknown_instance():
 @pytest.fixture
 def live():
     manager = manager_with(lru_reg(), hybrid_reg())
-    server = create_server(manager, ServiceMetrics(manager), "127.0.0.1:0").start()
-    client = OptimizerClient(f"127.0.0.1:{server.port}", timeout=5.0)
-    client.address = f"127.0.0.1:{server.port}"  # for the CLI
+    server = LiveServer(manager)
+    client = server.client(timeout=5.0)
+    client.address = server.target  # for the CLI
     try:
         yield manager, client
     finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import lru_instance, write_replay_config
 from long_lines import fact, fact_of, lmc, moon, padded, sparse_long_line, std, write
 
 from litehit_core import FACTS_HEADER
@@ -36,27 +37,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def replay_config(tmp: Path, trace: Path, fmt: str, workers: int = 1) -> Path:
-    block = 4
-    config: dict[str, Any] = {
-        "trace_file_path": trace.name,
-        "output_result_path": "out",
-        "block_size": block,
-        "trace_format": fmt,
-        "pipeline_worker_count": workers,
-        "instance_groups": [{"name": "g", "capacity_gb": [1.0]}],
-        "instances": [
-            {
-                "instance_id": {"standard": "i", "mooncake": "moon", "lmcache": "m"}[fmt],
-                "instance_group": "g",
-                "block_size": block,
-                "location_spec_infos": [{"name": "kv", "size": 1024}],
-                "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}],
-            }
-        ],
-    }
-    path = tmp / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
+    iid = {"standard": "i", "mooncake": "moon", "lmcache": "m"}[fmt]
+    return write_replay_config(
+        tmp / "config.json",
+        trace.name,
+        instances=[lru_instance(iid)],
+        trace_format=fmt,
+        pipeline_worker_count=workers,
+    )
 
 
 REPLAYS = [

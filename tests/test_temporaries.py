@@ -12,7 +12,6 @@ tests see that; elsewhere they wait half a second instead.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require
+from conftest import require, write_replay_config
 from long_lines import fact, std
 
 from litehit_core import FACTS_HEADER, FactRow, FactsWriter, read_facts
@@ -119,25 +118,9 @@ def test_replay_removes_a_killed_runs_temporary_and_keeps_a_live_one(tmp_path: P
 
 
 def replay_config(tmp: Path, trace: Path, workers: int = 1) -> Path:
-    config: dict[str, Any] = {
-        "trace_file_path": str(trace),
-        "output_result_path": str(tmp / "out"),
-        "block_size": 4,
-        "pipeline_worker_count": workers,
-        "instance_groups": [{"name": "g", "capacity_gb": [1.0]}],
-        "instances": [
-            {
-                "instance_id": "i",
-                "instance_group": "g",
-                "block_size": 4,
-                "location_spec_infos": [{"name": "kv", "size": 1024}],
-                "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}],
-            }
-        ],
-    }
-    path = tmp / "config.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return path
+    return write_replay_config(
+        tmp / "config.json", trace, output=tmp / "out", pipeline_worker_count=workers
+    )
 
 
 def start(argv: list[str], new_group: bool = False) -> subprocess.Popen[str]:
