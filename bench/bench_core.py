@@ -94,7 +94,9 @@ def main() -> int:
         f"(b) naive OrderedDict LRU at {len(caps)} capacities: "
         f"best {naive_s:.2f} s of {len(naive_times)} runs"
     )
-    mismatches = [c for c, h in zip(caps, naive) if h != sum(project_blocks(f, c) for f in facts)]
+    mismatches = [
+        c for c, h in zip(caps, naive, strict=True) if h != sum(project_blocks(f, c) for f in facts)
+    ]
     print(f"    exactness: {len(caps) - len(mismatches)}/{len(caps)} capacities equal")
     print(f"(a)/(b) speed-up: {naive_s / best:.1f}x (median {naive_s / median:.1f}x)")
     return 1 if mismatches else 0

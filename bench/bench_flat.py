@@ -36,6 +36,7 @@ import resource
 import statistics
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             bounds = offsets.tolist()
             flat = keys.tolist()
             process = engine.process_request
-            for a, b in zip(bounds, bounds[1:]):
+            for a, b in pairwise(bounds):
                 fact = process(flat[a:b])
                 hits += sum(s[1] for s in fact.hit_curve)
         elapsed = time.perf_counter() - started

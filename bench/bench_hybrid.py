@@ -150,7 +150,7 @@ def main() -> int:
         naive_times.append(time.process_time() - t0)
     naive_s = min(naive_times)
     print(f"(c) byte LRU of typed objects at {len(caps)} capacities: {naive_s:.2f} s")
-    equal = sum(1 for a, b in zip(totals, naive) if a == b)
+    equal = sum(1 for a, b in zip(totals, naive, strict=True) if a == b)
     print(f"    exactness: {equal}/{len(caps)} capacities equal")
     one = min(hybrid_times) + min(proj_times)
     print(f"(c)/(a + projection) speed-up: {naive_s / one:.1f}x")
@@ -158,7 +158,7 @@ def main() -> int:
     full_facts = [lh.process_request(keys).hit_curve for keys in trace]
     full_totals = project_matrix(full_facts, [full] * len(full_facts), caps).sum(axis=0)
     print("    token hit rate, hybrid vs full-only at the same bytes:")
-    for c, t, f in list(zip(caps, totals, full_totals.tolist()))[::4]:
+    for c, t, f in list(zip(caps, totals, full_totals.tolist(), strict=True))[::4]:
         print(f"      {c / MIB:>9,.0f} MiB  {t * 512 / tokens:.4f}  {f * 512 / tokens:.4f}")
     return 0 if equal == len(caps) else 1
 

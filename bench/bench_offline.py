@@ -176,7 +176,8 @@ def main() -> int:
         naive_s = time.process_time() - t0
         curves = [row.hit_curve for row in read_facts(facts)]
         exact = sum(
-            h == sum(project_curve(cv, c) for cv in curves) for c, h in zip(caps_blocks, naive)
+            h == sum(project_curve(cv, c) for cv in curves)
+            for c, h in zip(caps_blocks, naive, strict=True)
         )
 
     met = "met" if n / r_best >= 60_000 else "NOT met"

@@ -367,7 +367,7 @@ class HitCurveAccumulator:
     def breakpoints(self) -> list[CurvePoint]:
         """:meth:`points` as a list of :class:`CurvePoint`. O(B) after :meth:`points`."""
         cx, ch = self._points()
-        return [CurvePoint(c, h) for c, h in zip(cx.tolist(), ch.tolist())]
+        return [CurvePoint(c, h) for c, h in zip(cx.tolist(), ch.tolist(), strict=True)]
 
     def corners(self) -> int:
         """Breakpoints of the curve (its points after ``(0, 0)``). O(points)."""

@@ -76,14 +76,14 @@ class BatchFacts(NamedTuple):
         off = self.seg_offsets.tolist()
         return [
             RequestFact(_curve(starts[a:b], lens[a:b]), n)
-            for n, a, b in zip(self.totals.tolist(), off, off[1:])
+            for n, a, b in zip(self.totals.tolist(), off[:-1], off[1:], strict=True)
         ]
 
 
 def _curve(starts: list[int], lens: list[int]) -> tuple[HitCurveSegment, ...]:
     """A fact's hit curve from its segments' starts and lengths. O(segments)."""
     new = tuple.__new__
-    return tuple([new(HitCurveSegment, s) for s in zip(starts, lens)])
+    return tuple([new(HitCurveSegment, s) for s in zip(starts, lens, strict=True)])
 
 
 class CompactLiteHit:

@@ -202,14 +202,14 @@ _INT64_MAX = 2**63 - 1
 
 def _field_error(rec: list[str], exc: ValueError) -> str:
     """The reason for a row whose ints or curve failed to parse, naming the field."""
-    for field, text in zip(_INT_FIELDS, rec[2:6]):
+    for field, text in zip(_INT_FIELDS, rec[2:6], strict=True):
         if not (text.isascii() and text.isdigit()):
             return f"{field} must be a non-negative decimal integer, got {text!r}"
     return str(exc)
 
 
 def _row_error(ts: int, tokens: int, bs: int, bb: int, hit_blocks: int) -> str:
-    for field, value in zip(_INT_FIELDS, (ts, tokens, bs, bb)):
+    for field, value in zip(_INT_FIELDS, (ts, tokens, bs, bb), strict=True):
         if value > _INT64_MAX:
             return f"{field} must fit in int64, got {value}"
     if bs <= 0:

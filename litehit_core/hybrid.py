@@ -367,7 +367,7 @@ class HybridLRU:
         assert len(full) == meta[hk.LIVE_F] == meta[hk.FSIZE]
         assert len(lin) == meta[hk.LIVE_L] == meta[hk.LSIZE]
         for tk, tv, want in ((self._ftk, self._ftv, full), (self._ltk, self._ltv, lin)):
-            got = {int(k): int(v) for k, v in zip(tk, tv) if v != hk.EMPTY}
+            got = {int(k): int(v) for k, v in zip(tk, tv, strict=True) if v != hk.EMPTY}
             assert got == want, "table disagrees with the position space"
         charge = {hk.FULL: int(meta[hk.FB]), hk.LIN: int(meta[hk.LB])}
         weights = np.zeros(self._fen.shape[0], np.int64)

@@ -345,12 +345,12 @@ class LiteHit(LiteHitSnapshots):
         dead = self._dead = self._dead + dead_add
         # Submit tail first: key n-1 gets t, the head gets t + n - 1 (most recent).
         before = len(pos)
-        pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
+        pos.update(zip(keys, range(t + n - 1, t - 1, -1), strict=True))
         if not scattered and len(pos) - before != n - m:
             # duplicates among the new blocks: keep first occurrences, renumber all
             keys = list(dict.fromkeys(keys))
             n = len(keys)
-            pos.update(zip(keys, range(t + n - 1, t - 1, -1)))
+            pos.update(zip(keys, range(t + n - 1, t - 1, -1), strict=True))
         t += n
         self._next = t
         if self._bounded:
@@ -526,7 +526,7 @@ class LiteHit(LiteHitSnapshots):
         if self._bounded:  # in place: the array keeps its high-water size (no realloc churn)
             self._by_pos[:n_live] = array("q", live)
         pos.clear()  # frees the old table, positions and dropped keys first
-        self._pos = dict(zip(live, range(n_live)))
+        self._pos = dict(zip(live, range(n_live), strict=True))
         self._next = n_live
         self._dead = 0
         self._pexp = 0

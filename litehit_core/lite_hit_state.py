@@ -126,7 +126,7 @@ class LiteHitSnapshots:
         engine = cls(ttl_ns=ttl_ns, max_tracked_blocks=max_tracked_blocks)
         keys, starts, times = validated_arrays(state, MODEL, engine._ttl)
         n = len(keys)
-        pos = dict(zip(keys.tolist(), range(n)))
+        pos = dict(zip(keys.tolist(), range(n), strict=True))
         if len(pos) != n:
             raise InvalidRequestError(
                 f"state.keys must be distinct, got {n - len(pos)} duplicate(s) in {n} keys"

@@ -209,7 +209,7 @@ def format_chunk_lines(chunk: QueryChunk) -> bytes:
     ids: dict[str, bytes] = {}
     lines = []
     append = lines.append
-    for row, h, r in zip(chunk.rows, hits, rates):
+    for row, h, r in zip(chunk.rows, hits, rates, strict=True):
         iid = ids.get(row.instance_id)
         if iid is None:
             iid = ids[row.instance_id] = dumps(row.instance_id)

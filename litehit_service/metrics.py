@@ -225,7 +225,7 @@ class LatencyHistogram(Collector):
         slots = [bisect_left(bounds, v) for v in seconds]
         with self._lock:
             counts_of, sums = self._counts, self._sums
-            for iid, slot, value in zip(instance_ids, slots, seconds):
+            for iid, slot, value in zip(instance_ids, slots, seconds, strict=True):
                 key = (method, iid)
                 counts = counts_of.get(key)
                 if counts is None:
@@ -271,7 +271,7 @@ class LatencyHistogram(Collector):
         for (method, iid), counts, total in snapshot:
             cumulative = 0
             buckets = []
-            for bound, count in zip(self._bounds, counts):
+            for bound, count in zip(self._bounds, counts[:-1], strict=True):  # then +Inf
                 cumulative += count
                 buckets.append((repr(float(bound)), cumulative))
             buckets.append(("+Inf", cumulative + counts[-1]))

@@ -268,7 +268,11 @@ def trace_result_fields(result: TraceQueryResult, trace_id: str) -> dict[str, An
         "capacity_results": [
             {"capacity_gb": g, "cache_hit_count": h, "hit_rate": r, "current_unique_keys": u}
             for g, h, r, u in zip(
-                result.capacity_gb, result.hit_blocks, result.hit_rates, result.unique_keys
+                result.capacity_gb,
+                result.hit_blocks,
+                result.hit_rates,
+                result.unique_keys,
+                strict=True,
             )
         ],
         "theoretical_result": {

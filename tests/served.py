@@ -101,7 +101,15 @@ class Served:
         """SIGTERM, wait; keeps the whole log in ``log`` and returns the exit code."""
         if self.code is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.code = self.proc.wait(timeout=60)
+            try:
+                self.code = self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                self._reader.join(timeout=10)
+                raise AssertionError(
+                    f"litehit serve did not exit within 60 s of SIGTERM; its log:\n"
+                    f"{self.log_so_far()}"
+                ) from None
             self._reader.join(timeout=10)
             self.log = "".join(self._errors)
         return self.code

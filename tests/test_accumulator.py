@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -63,7 +65,7 @@ def test_worked_example_breakpoints_and_hits() -> None:
 
 def test_worked_example_weighted_by_block_size_gives_hit_tokens() -> None:
     acc = HitCurveAccumulator()
-    for f, tokens in zip(facts_of(WORKED_CURVES), [13, 12, 13, 8, 8]):
+    for f, tokens in zip(facts_of(WORKED_CURVES), [13, 12, 13, 8, 8], strict=True):
         acc.add(f, weight=4, input_tokens=tokens)
     assert acc.input_tokens == 54
     assert acc.hits_at(2) == 28
@@ -103,7 +105,7 @@ def test_breakpoints_are_monotone_and_end_at_the_infinite_total(
     caps = [p.capacity_blocks for p in points]
     hits = [p.hits for p in points]
     assert caps == sorted(set(caps))  # strictly increasing capacities
-    assert all(a <= b for a, b in zip(hits, hits[1:]))
+    assert all(a <= b for a, b in pairwise(hits))
     assert hits[-1] == sum(r for c in curve_list for _, r in c)
     # every breakpoint lies on the true curve, and the curve is flat after the last one
     facts = facts_of(curve_list)
@@ -218,7 +220,7 @@ def random_steps(rng: random.Random, n: int, top: int) -> list[tuple[tuple[int, 
     for _ in range(n):
         thresholds = sorted(rng.sample(range(1, top), rng.randint(0, 4)))
         hits = sorted(rng.sample(range(1, 40), len(thresholds)))
-        out.append(tuple(zip(thresholds, hits)))
+        out.append(tuple(zip(thresholds, hits, strict=True)))
     return out
 
 

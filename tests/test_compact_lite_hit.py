@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import sys
 import tracemalloc
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ def mixed_trace(rng: random.Random, requests: int, chains: int = 40):
 
 def both(trace, times, ttl=0, limit=0, check_every=250):
     python, compact = LiteHit(ttl, limit), CompactLiteHit(ttl, limit)
-    for i, (keys, now) in enumerate(zip(trace, times)):
+    for i, (keys, now) in enumerate(zip(trace, times, strict=True)):
         assert compact.process_request(keys, now) == python.process_request(keys, now), i
         if i % check_every == 0:
             compact._check()
@@ -90,7 +91,7 @@ def batch_of(trace, times):
 def test_batch_gives_the_facts_of_one_call_per_request(ttl, limit):
     trace, times = mixed_trace(random.Random(5), 6000)
     python = LiteHit(ttl, limit)
-    expected = [python.process_request(k, t) for k, t in zip(trace, times)]
+    expected = [python.process_request(k, t) for k, t in zip(trace, times, strict=True)]
     compact = CompactLiteHit(ttl, limit)
     keys, offsets, stamps = batch_of(trace, times)
     kept = keys.copy()
@@ -129,7 +130,7 @@ def test_snapshots_move_between_the_two_engines(ttl, limit):
     to_compact = CompactLiteHit.from_state(python.export_state(), ttl, limit)
     to_python = LiteHit.from_state(compact.export_state(), ttl, limit)
     to_compact._check()
-    for keys, now in zip(trace[1200:], times[1200:]):
+    for keys, now in zip(trace[1200:], times[1200:], strict=True):
         fact = python.process_request(keys, now)
         assert to_compact.process_request(keys, now) == fact
         assert to_python.process_request(keys, now) == fact
@@ -222,10 +223,10 @@ def test_seeded_stress_at_millions_of_blocks_against_the_oracle(seed):
     for keys, offsets, _ in chunks:
         flat = keys.tolist()
         bounds = offsets.tolist()
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in pairwise(bounds):
             request = flat[a:b]
             fact = facts[i]
-            for cap, oracle in zip(capacities, oracles):
+            for cap, oracle in zip(capacities, oracles, strict=True):
                 assert project_blocks(fact, cap) == oracle.request(request), (i, cap)
             cached = 0
             for k in request:
@@ -248,7 +249,7 @@ def test_seeded_stress_with_ttl_or_limit_at_a_million_blocks(ttl_s, limit):
         flat = keys.tolist()
         bounds = offsets.tolist()
         got = compact.process_batch(keys, offsets, times).facts()
-        for r, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        for r, (a, b) in enumerate(pairwise(bounds)):
             assert got[r] == python.process_request(flat[a:b], int(times[r]))
     compact._check()
     assert compact.expired_blocks == python.expired_blocks

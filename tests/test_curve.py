@@ -7,6 +7,7 @@ import json
 import math
 import random
 import struct
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -117,9 +118,9 @@ def test_monotone_non_decreasing() -> None:
         points = curve.breakpoints()
         caps = [c for c, _ in points]
         assert caps == sorted(set(caps)) and caps[0] == 0
-        assert all(h0 <= h1 for (_, h0), (_, h1) in zip(points, points[1:]))
+        assert all(h0 <= h1 for (_, h0), (_, h1) in pairwise(points))
         rates = [curve.hit_rate_at(c) for c in range(curve.saturation + 3)]
-        assert all(r0 <= r1 for r0, r1 in zip(rates, rates[1:]))
+        assert all(r0 <= r1 for r0, r1 in pairwise(rates))
         assert rates[-1] == curve.infinite_hit_rate > 0
 
 
@@ -225,9 +226,9 @@ def test_plot_samples_exact_and_dense() -> None:
     for c in (1, 2, 3, 4):  # every breakpoint is drawn, at its exact value
         (i,) = [k for k, x in enumerate(xs) if x == c]
         assert ys[i] == curve.hit_rate_at(c)
-    assert max(b / a for a, b in zip(xs, xs[1:])) <= 64 ** (1 / 199) * (1 + 1e-12)
+    assert max(b / a for a, b in pairwise(xs)) <= 64 ** (1 / 199) * (1 + 1e-12)
     # between breakpoints the samples lie on the straight piece (in blocks)
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=True):
         lo = math.floor(x)
         want = curve.hit_tokens_at(lo) + (x - lo) * (
             curve.hit_tokens_at(lo + 1) - curve.hit_tokens_at(lo)

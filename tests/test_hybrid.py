@@ -57,7 +57,7 @@ def _check_against_oracle(trace, times, full, linear, step, ttl, capacities, lim
         oracle = NaiveHybridLRU(capacity if capacity is not None else (limit or None),
                                 full, linear, step, ttl)  # fmt: skip
         at = INF if capacity is None else capacity
-        for i, (keys, fact) in enumerate(zip(trace, facts)):
+        for i, (keys, fact) in enumerate(zip(trace, facts, strict=True)):
             want = oracle.request(keys, times[i])
             assert project(fact.hit_curve, at) == want, (i, capacity)
     return engine, facts
@@ -204,7 +204,7 @@ def test_property_exact_and_monotone(seed, step, charges, capacities):
         assert not hits or hits[-1] <= fact.total_blocks
     for capacity in capacities:
         oracle = NaiveHybridLRU(capacity, full, linear, step)
-        for keys, fact in zip(trace, facts):
+        for keys, fact in zip(trace, facts, strict=True):
             assert project(fact.hit_curve, capacity) == oracle.request(keys)
 
 

@@ -218,14 +218,16 @@ def test_random_traces_offline_equal_online_and_the_byte_lru_oracle(tmp_path: Pa
         caps = sorted({max(0, c + d) for c in thresholds for d in (-1, 0, 1)})
         caps = caps[:: max(1, len(caps) // 40)] + [caps[-1]]  # bounded work per lane
         oracles = [NaiveHybridLRU(c, f, lin, s, ttl) for c in caps]
-        expected = [[o.request(k, now) for o in oracles] for k, now in zip(keys, times)]
+        expected = [
+            [o.request(k, now) for o in oracles] for k, now in zip(keys, times, strict=True)
+        ]
         projected = query_facts(mine, [c / GIB for c in caps])
         got = [p["hit_blocks"] for p in projected if "summary" not in p]
         assert got == expected, iid
         # the group's slots online (same manager, same policy) agree row by row
         on = [
             list(online.trace_query(iid, e["keys"], e["input_len"], timestamp_ns=now).hit_blocks)
-            for e, now in zip(events, times)
+            for e, now in zip(events, times, strict=True)
         ]
         at_slots = query_facts(mine, slots)
         assert [p["hit_blocks"] for p in at_slots if "summary" not in p] == on, iid

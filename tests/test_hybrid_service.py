@@ -203,7 +203,7 @@ def test_many_hybrid_instances_streamed_through_a_real_server(seed):
                 for iid, keys, ts in requests
             ]  # fmt: skip
             answers = list(c.stream_trace_queries(queries, batch_size=37))
-            for (iid, keys, ts), answer in zip(requests, answers):
+            for (iid, keys, ts), answer in zip(requests, answers, strict=True):
                 expected = [o.request(keys, ts) for o in instances[iid]]
                 got = [x.cache_hit_count for x in answer.capacity_results]
                 assert got + [answer.theoretical_result.max_hit_count] == expected

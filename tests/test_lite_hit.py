@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import sys
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -152,7 +153,7 @@ def test_non_contract_input_is_pessimistic_and_infinite_exact(trace):
     expect = oracle_hits(trace, CAPS)
     for i, fact in enumerate(facts):
         got = [project(fact, c) for c in CAPS]
-        assert all(g <= e for g, e in zip(got, expect[i])), (i, got, expect[i])
+        assert all(g <= e for g, e in zip(got, expect[i], strict=True)), (i, got, expect[i])
         assert got[-1] == expect[i][-1]
         thresholds = [s + k for s, r in fact.hit_curve for k in range(r)]
         assert thresholds == sorted(set(thresholds)), "thresholds must strictly increase"
@@ -195,7 +196,7 @@ def test_ttl_unique_blocks_and_expired_count_match_oracle():
     times = [i * 3 for i in range(len(trace))]
     lh = LiteHit(ttl_ns=40)
     inf = NaiveLRU(None, 40)
-    for keys, now in zip(trace, times):
+    for keys, now in zip(trace, times, strict=True):
         lh.process_request(keys, now)
         inf.request(keys, now)
         lh._check()
@@ -255,7 +256,7 @@ def test_queue_jump_splits_segments_and_they_never_merge():
     lh.process_request([A, E])  # A jumps the queue: B, C, D now sit behind A and E
     fact = lh.process_request([A, B, C, D])
     assert fact.hit_curve == (HitCurveSegment(1, 1), HitCurveSegment(3, 3))
-    for prev, nxt in zip(fact.hit_curve, fact.hit_curve[1:]):
+    for prev, nxt in pairwise(fact.hit_curve):
         assert nxt.start_required_blocks > prev.start_required_blocks + prev.run_length
 
 
@@ -355,7 +356,7 @@ def test_duplicates_against_oracle(trace, exact):
         got = [project(fact, c) for c in CAPS]
         if exact:
             assert got == expect[i]
-        assert all(g <= e for g, e in zip(got, expect[i])) and got[-1] == expect[i][-1]
+        assert all(g <= e for g, e in zip(got, expect[i], strict=True)) and got[-1] == expect[i][-1]
         assert fact.total_blocks == len(set(trace[i]))
 
 
@@ -438,7 +439,7 @@ def test_limit_with_non_contract_input_infinite_exact(trace, limit):
         lh._check()
         got = [project_blocks(fact, c) for c in range(1, limit + 1)]
         expect = [lru.request(keys) for lru in lrus]
-        assert all(g <= e for g, e in zip(got, expect))
+        assert all(g <= e for g, e in zip(got, expect, strict=True))
         assert project_infinite(fact) == expect[-1]
 
 
@@ -596,7 +597,7 @@ def assert_states_equal(a: EngineState, b: EngineState) -> None:
 
 
 def continue_both(original: LiteHit, restored: LiteHit, trace, times) -> None:
-    for keys, now in zip(trace, times):
+    for keys, now in zip(trace, times, strict=True):
         assert restored.process_request(keys, now) == original.process_request(keys, now)
         restored._check()
         assert restored.current_unique_blocks() == original.current_unique_blocks()
@@ -614,7 +615,7 @@ def test_restored_engine_continues_exactly(seed, ttl, limit):
     times = limited_times(rng, len(trace))
     cut = rng.randint(0, len(trace))
     original = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
-    for keys, now in zip(trace[:cut], times[:cut]):
+    for keys, now in zip(trace[:cut], times[:cut], strict=True):
         original.process_request(keys, now)
     state = original.export_state()
     restored = LiteHit.from_state(state, ttl_ns=ttl, max_tracked_blocks=limit)
@@ -635,7 +636,7 @@ def test_hypothesis_restore_round_trip(data):
     times = limited_times(rng, n)
     cut = data.draw(st.integers(0, n))
     original = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
-    for keys, now in zip(trace[:cut], times[:cut]):
+    for keys, now in zip(trace[:cut], times[:cut], strict=True):
         original.process_request(keys, now)
     restored = LiteHit.from_state(original.export_state(), ttl, limit)
     restored._check()
@@ -649,7 +650,7 @@ def test_restore_of_a_large_state_with_pending_drops(ttl, limit):
     trace = tree_trace(rng, 4000, max_new=10)
     times = [i // 4 for i in range(len(trace))]
     original = LiteHit(ttl_ns=ttl, max_tracked_blocks=limit)
-    for keys, now in zip(trace[:3000], times[:3000]):
+    for keys, now in zip(trace[:3000], times[:3000], strict=True):
         original.process_request(keys, now)
     assert original._next > original.current_unique_blocks()  # not compacted
     state = original.export_state()

@@ -9,6 +9,7 @@ import math
 import random
 import socket
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,7 @@ def test_lru_curve_equals_naive_lrus_at_random_capacities_and_around_every_corne
     unbounded = NaiveLRU(None)
     assert answer.theoretical_hit_tokens == sum(unbounded.request(k) for k in trace) * 4
     # the corners themselves lie on the naive curve
-    by_cap = dict(zip(caps, (p.hit_tokens for p in answer.points)))
+    by_cap = dict(zip(caps, (p.hit_tokens for p in answer.points), strict=True))
     assert all(by_cap[p.capacity_blocks] == p.hit_tokens for p in full.points)
 
 
@@ -113,7 +114,7 @@ def test_hybrid_curve_equals_the_typed_byte_lru_on_and_around_every_threshold(tt
     answer = m.hit_rate_curve("h", capacity_gb=[b / GIB for b in caps])
     for cap, point in zip(caps, answer.points, strict=True):
         lru = NaiveHybridLRU(cap, 1024, 3072, 2, ttl * 10**9)
-        want = sum(lru.request(k, now) for k, now in zip(trace, times)) * 4
+        want = sum(lru.request(k, now) for k, now in zip(trace, times, strict=True)) * 4
         assert (point.capacity_bytes, point.hit_tokens) == (cap, want), cap
 
 
@@ -151,7 +152,7 @@ def test_capacity_for_targets_is_the_smallest_capacity_reaching_them():
     points = [(p.capacity_blocks, p.hit_tokens) for p in result.points]
 
     def hits(c: int) -> int:  # exact: linear between corners, flat after the last
-        for (c0, h0), (c1, h1) in zip(points, points[1:]):
+        for (c0, h0), (c1, h1) in pairwise(points):
             if c0 <= c <= c1:
                 return h0 + (h1 - h0) * (c - c0) // (c1 - c0)
         return points[-1][1]
@@ -177,7 +178,7 @@ def test_many_corners_are_sampled_log_spaced_with_exact_values():
     assert 30 <= len(sampled.points) <= 64
     caps = [p.capacity_blocks for p in sampled.points]
     assert caps == sorted(set(caps)) and caps[-1] == full.points[-1].capacity_blocks
-    ratios = [b / a for a, b in zip(caps[5:], caps[6:])]
+    ratios = [b / a for a, b in pairwise(caps[5:])]
     assert max(ratios) / min(ratios) < 1.5  # log-spaced (rounded to whole blocks)
     exact = m.hit_rate_curve("i", capacity_gb=[c * 1024 / GIB for c in caps])
     assert [p.hit_tokens for p in sampled.points] == [p.hit_tokens for p in exact.points]

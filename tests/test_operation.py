@@ -231,7 +231,7 @@ def test_tracking_limit_keeps_slots_exact_and_theoretical_an_lru_of_the_limit(tt
             for i, keys in enumerate(trace):
                 requests.append(query(keys, timestamp_ns=now + i * S // 3))
             answers = list(c.stream_trace_queries(requests, batch_size=17))
-            for i, (keys, answer) in enumerate(zip(trace, answers)):
+            for i, (keys, answer) in enumerate(zip(trace, answers, strict=True)):
                 ts = now + i * S // 3
                 expect = [o.request(keys, ts) for o in oracles]
                 assert [x.cache_hit_count for x in answer.capacity_results] == expect, i

@@ -103,7 +103,7 @@ def test_packed_batches_answer_like_queries_one_by_one(engine, case):
         result = batched.trace_query_packed("i", *packed(queries[start : start + size]))
         got += packed_rows(result)
         start += size
-    for i, (row, exp) in enumerate(zip(got, expected)):
+    for i, (row, exp) in enumerate(zip(got, expected, strict=True)):
         total, tokens, hits, theoretical = exp
         assert row[:3] == (total, tokens, hits), i
         assert row[3] == theoretical.max_hit_count, i
@@ -233,7 +233,7 @@ def test_packed_stream_over_a_real_server():
             results = list(client.stream_packed(batches))
             rows = [r for result in results for r in packed_rows(result)]
             assert len(rows) == len(queries)
-            for row, answer in zip(rows, streamed):
+            for row, answer in zip(rows, streamed, strict=True):
                 assert row[2] == tuple(c.cache_hit_count for c in answer.capacity_results)
                 assert row[3] == answer.theoretical_result.max_hit_count
             bad = wire.packed_query_to_pb("nope", [1], [1], [4])

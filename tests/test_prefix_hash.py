@@ -162,7 +162,7 @@ def test_apply_is_a_fold_of_next_and_stays_int64(raw: list[int]) -> None:
     keys = apply_prefix_hash(raw)
     assert len(keys) == len(raw)
     prev = 0
-    for r, k in zip(raw, keys):
+    for r, k in zip(raw, keys, strict=True):
         prev = _spec_next(prev, r)
         assert k == prev
         assert INT64_MIN <= k <= INT64_MAX

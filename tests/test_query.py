@@ -236,7 +236,7 @@ def test_query_matches_the_projector_row_by_row() -> None:
     caps = [0, 1024 / GIB, 5000 / GIB, 20_000 / GIB, -1]
     out = list(query_facts(rows, caps, chunk_rows=16))
     totals = [0] * len(caps)
-    for row, got in zip(rows, out):
+    for row, got in zip(rows, out[: len(rows)], strict=True):  # then the totals rows
         f = RequestFact(row.hit_curve, 0)
         expected = [
             project_infinite(f) if gb < 0 else project_bytes(f, int(gb * GIB), row.block_bytes)
@@ -247,7 +247,7 @@ def test_query_matches_the_projector_row_by_row() -> None:
             h * row.block_size_tokens / row.input_token_len if row.input_token_len else 0.0
             for h in expected
         ]
-        totals = [t + h * row.block_size_tokens for t, h in zip(totals, expected)]
+        totals = [t + h * row.block_size_tokens for t, h in zip(totals, expected, strict=True)]
     assert out[-1]["total_hit_tokens"] == totals
     assert out[-1]["total_input_tokens"] == sum(r.input_token_len for r in rows)
 

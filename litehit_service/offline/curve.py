@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import IO
 
 from litehit_core import FACTS_FILENAME, FactRow, InvalidRequestError, read_facts
@@ -117,7 +118,7 @@ def table_capacities(curve: InstanceCurve, rows: int = TABLE_ROWS) -> list[int]:
     low = 1
     if curve.unit != "blocks":
         points = curve.breakpoints()
-        corners = [c for (c, h), (_, g) in zip(points[1:], points) if h > g]
+        corners = [c for (_, g), (c, h) in pairwise(points) if h > g]
         if len(corners) <= rows:
             return corners
         low = corners[0]

@@ -80,7 +80,7 @@ def replay_lane(spec: LaneSpec, requests: Sequence[LaneRequest]) -> LaneResult:
                 chunk = chunk[: exc.index]
                 answers = manager.record_batch(instance_id, [(r[4], r[5], r[3]) for r in chunk])
                 error = (requests[start + exc.index][1], str(exc.error))
-            for (index, _, tid, ts, _, _), fact, tokens in zip(chunk, *answers):
+            for (index, _, tid, ts, _, _), fact, tokens in zip(chunk, *answers, strict=True):
                 append((index, line(tid, ts, tokens, fact.hit_curve)))
             if error is not None:
                 break

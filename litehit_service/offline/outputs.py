@@ -40,7 +40,7 @@ def atomic_outputs(paths: Sequence[PathLike]) -> Iterator[list[str]]:
     tmps = [tmp_path(p) for p in paths]
     try:
         yield tmps
-        for tmp, final in zip(tmps, paths):
+        for tmp, final in zip(tmps, paths, strict=True):
             os.replace(tmp, final)
     except BaseException:
         for tmp in tmps:

@@ -147,16 +147,16 @@ def build_figure(
     fig = Figure(figsize=(10, 6), dpi=120, layout="constrained")
     ax = fig.add_subplot()
     single = len(curves) == 1
-    x_max = max(max(cur.saturation, 1) * k for cur, k in zip(curves, per_unit))
+    x_max = max(max(cur.saturation, 1) * k for cur, k in zip(curves, per_unit, strict=True))
     if linear:
         x_max *= 1.1
     elif single:  # room for the flat tail and the labels right of the 99% point
         x_max = max(2.0 * x_max, 8.0 * curves[0].mark(MARK_PERCENTS[-1]).capacity * per_unit[0])
     else:
         x_max *= 2.0
-    x_min = min(plot_start(cur) * k for cur, k in zip(curves, per_unit))
+    x_min = min(plot_start(cur) * k for cur, k in zip(curves, per_unit, strict=True))
     y_top = max(cur.infinite_hit_rate for cur in curves)
-    for idx, (cur, k) in enumerate(zip(curves, per_unit)):
+    for idx, (cur, k) in enumerate(zip(curves, per_unit, strict=True)):
         xs, ys = sample_curve(cur, x_max / k, linear, x_start=x_min / k)
         color = f"C{idx % 10}"
         inf_rate = cur.infinite_hit_rate

@@ -238,7 +238,7 @@ def run_replay(
     with_model = any(model != DEFAULT_MODEL for model in models.values())  # ledger header
     lanes: dict[str, _Lane] = {}
     formats: dict[str, tuple[str, int, int, str | None]] = {}
-    for reg, result in zip(config.instances, results):
+    for reg, result in zip(config.instances, results, strict=True):
         formats[reg.instance_id] = (reg.instance_id, reg.block_size, result.size_full_only,
                                     models[reg.instance_id] if with_model else None)  # fmt: skip
         lanes[reg.instance_id] = (reg.instance_id, FactLineFormat(*formats[reg.instance_id]).line)

@@ -245,7 +245,7 @@ def take_columns(
         rows = list(map(_LMC_FIELDS, objs))
     except (orjson.JSONDecodeError, TypeError, KeyError):
         return None
-    stamps, rids, names, chunk_sizes, seq_lens, empties = zip(*rows)
+    stamps, rids, names, chunk_sizes, seq_lens, empties = zip(*rows, strict=True)
     if not (
         _NUMBER_TYPES.issuperset(map(type, stamps))
         and min(stamps) >= 0
@@ -311,7 +311,8 @@ def take_columns(
             return None
         sizes = list(map(spec_sizes.__getitem__, specs))
     new_models: dict[str, ModelInfo] = {}
-    for name, chunk_size, size in dict.fromkeys(zip(kept_names, kept_sizes, sizes)):
+    # sizes may repeat one value without end (--kv-bytes-per-chunk): not strict
+    for name, chunk_size, size in dict.fromkeys(zip(kept_names, kept_sizes, sizes, strict=False)):
         known = models.get(name) or new_models.get(name)
         if known is None:
             new_models[name] = ModelInfo(chunk_size, size)
