@@ -15,9 +15,11 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 from serve_process import ROOT, serve_env
 
 from litehit_service.client import OptimizerClient
+from litehit_service.model import InstanceGroup
 
 
 class Served:
@@ -83,6 +85,16 @@ class Served:
             tls_ca=self.tls_ca,
             **options,  # type: ignore[arg-type]
         )
+
+    def admin_code(self, admin_token: str | None, name: str) -> grpc.StatusCode:
+        """How an admin RPC (CreateInstanceGroup ``name``) ends: OK when it was accepted,
+        else the gRPC code it was refused with."""
+        with self.client(admin_token) as client:
+            try:
+                client.create_instance_group(InstanceGroup(name, (1.0,)))
+            except grpc.RpcError as exc:
+                return exc.code()
+        return grpc.StatusCode.OK
 
     def log_so_far(self) -> str:
         """What the server logged (stderr) until now."""

@@ -1,37 +1,21 @@
-"""Layering: litehit_core is pure and never depends on the service, gRPC or Prometheus."""
+"""Layering: litehit_core is pure and never depends on the service, gRPC or Prometheus.
+
+The static check (no such import in any core module) is ``test_layout.py``'s; here the
+behaviour: importing every core module loads no service stack, the contract names are
+exported, and full-attention commands never load numba."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import litehit_core
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "litehit_core"
-FORBIDDEN = ("grpc", "prometheus_client", "litehit_service")
-EXPECTED_MODULES = {
-    "__init__.py",
-    "model.py",
-    "prefix_hash.py",
-    "normalize.py",
-    "projector.py",
-    "lite_hit.py",
-    "facts.py",
-    "accumulator.py",
-    "query.py",
-    "errors.py",
-    "engine.py",
-    "lines.py",
-    "temporaries.py",
-}
-
 # the public contract other packages code against (see the preamble / issue 2)
 CONTRACT_NAMES = [
     "InvalidRequestError",
@@ -59,66 +43,6 @@ CONTRACT_NAMES = [
 ]
 
 
-def forbidden_imports(source: str, filename: str = "<src>") -> list[str]:
-    """Top-level names of forbidden modules imported anywhere in ``source`` (any depth)."""
-    found = []
-    for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        elif (
-            isinstance(node, ast.Call)
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and (
-                (isinstance(node.func, ast.Name) and node.func.id == "__import__")
-                or (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-            )
-        ):
-            names = [node.args[0].value]
-        else:
-            continue
-        found += [n for n in names if n.split(".")[0] in FORBIDDEN]
-    return found
-
-
-def core_sources() -> list[Path]:
-    return sorted(CORE.rglob("*.py"))
-
-
-def test_scanner_sees_every_core_module() -> None:
-    assert EXPECTED_MODULES <= {p.name for p in core_sources()}
-
-
-@pytest.mark.parametrize(
-    "source",
-    [
-        "import grpc",
-        "import grpc.aio as aio",
-        "from prometheus_client import Counter",
-        "from litehit_service.manager import X",
-        "def f():\n    import litehit_service\n",
-        "import os, prometheus_client.core",
-        "importlib.import_module('grpc')",
-        "__import__('litehit_service.cli')",
-    ],
-)
-def test_scanner_detects_forbidden_imports(source: str) -> None:
-    assert forbidden_imports(source)
-
-
-def test_scanner_ignores_lookalikes() -> None:
-    assert forbidden_imports("import grpcio_helper\nfrom litehit_core import model") == []
-    assert forbidden_imports("from . import grpc") == []  # relative: inside the package
-
-
-@pytest.mark.parametrize("path", core_sources(), ids=lambda p: p.name)
-def test_core_module_imports_nothing_forbidden(path: Path) -> None:
-    assert forbidden_imports(path.read_text(encoding="utf-8"), str(path)) == []
-
-
 def test_importing_core_in_a_fresh_interpreter_loads_no_service_stack() -> None:
     code = (
         "import importlib, json, pkgutil, sys\n"
@@ -144,9 +68,8 @@ def test_importing_core_in_a_fresh_interpreter_loads_no_service_stack() -> None:
     loaded_forbidden, loaded_core = (json.loads(line) for line in proc.stdout.splitlines())
     assert loaded_forbidden == []
     # the walk really imported the modules (so the check above is not vacuous)
-    assert {f"litehit_core.{name[:-3]}" for name in EXPECTED_MODULES - {"__init__.py"}} <= set(
-        loaded_core
-    )
+    every = {f"litehit_core.{p.stem}" for p in CORE.glob("*.py") if p.stem != "__init__"}
+    assert len(every) > 15 and every <= set(loaded_core)
 
 
 def test_contract_names_are_exported_from_the_package() -> None:

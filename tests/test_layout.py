@@ -155,12 +155,37 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
-def test_core_imports_no_service_rpc_or_metrics_framework() -> None:
-    bad = [
-        f"{m.name}:{imp.line}: {imp.target}"
-        for m in MODULES
-        if m.name.split(".")[0] == "litehit_core"
-        for imp in imports_of(m)
+def forbidden_in_core(module: Module) -> list[str]:
+    """``line: module`` of every import of ``module`` that the core must not make."""
+    return [
+        f"{imp.line}: {imp.target}"
+        for imp in imports_of(module)
         if any(_inside(imp.target, f) or _inside(imp.module, f) for f in FORBIDDEN_IN_CORE)
     ]
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("import grpc", ["1: grpc"]),
+        ("import grpc.aio as aio", ["1: grpc.aio"]),
+        ("from prometheus_client import Counter", ["1: prometheus_client"]),
+        ("def f():\n    import litehit_service\n", ["2: litehit_service"]),
+        ("import os, prometheus_client.core", ["1: prometheus_client.core"]),
+        ("importlib.import_module('grpc')", ["1: grpc"]),
+        ("__import__('litehit_service.cli')", ["1: litehit_service.cli"]),
+        ("from google.protobuf import message", ["1: google.protobuf"]),
+        ("import grpcio_helper\nfrom litehit_core import model", []),  # lookalikes
+    ],
+)
+def test_forbidden_import_scanner(tmp_path, source: str, found: list[str]) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    assert forbidden_in_core(Module("litehit_core.probe", path, "litehit_core")) == found
+
+
+def test_core_imports_no_service_rpc_or_metrics_framework() -> None:
+    core = [m for m in MODULES if m.name.split(".")[0] == "litehit_core"]
+    assert {"litehit_core.engine", "litehit_core.kernels"} <= {m.name for m in core}
+    bad = [f"{m.name}:{use}" for m in core for use in forbidden_in_core(m)]
     assert bad == []

@@ -20,19 +20,8 @@ from served import Served
 from litehit_service import messages as pb2
 from litehit_service.access import ADMIN_TOKEN_FILE, is_loopback_host
 from litehit_service.cli import main as litehit_main
-from litehit_service.model import InstanceGroup
 from litehit_service.server import ServerOptions
 from litehit_service.service import ServerConfig, serve
-
-
-def _create_refused(served: Served, admin_token: str | None, name: str) -> grpc.StatusCode:
-    """The gRPC code CreateInstanceGroup ends with (OK when it was accepted)."""
-    with served.client(admin_token) as client:
-        try:
-            client.create_instance_group(InstanceGroup(name, (1.0,)))
-        except grpc.RpcError as exc:
-            return exc.code()
-        return grpc.StatusCode.OK
 
 
 def _groups(served: Served) -> list[str]:
@@ -74,9 +63,9 @@ def test_beyond_loopback_admin_rpcs_need_the_token_the_server_made(tmp_path: Pat
         token = path.read_text(encoding="utf-8").strip()
         assert len(token) >= 32
         for wrong in (None, "not-the-token"):
-            assert _create_refused(served, wrong, "refused") is grpc.StatusCode.UNAUTHENTICATED
+            assert served.admin_code(wrong, "refused") is grpc.StatusCode.UNAUTHENTICATED
         assert _groups(served) == []  # refused: nothing changed; reads stay open
-        assert _create_refused(served, token, "g") is grpc.StatusCode.OK
+        assert served.admin_code(token, "g") is grpc.StatusCode.OK
         with served.client() as client:  # a query needs no admin token
             status = client.trace_query("nobody", [1], 4, check=False).header.status
             assert status.code == pb2.INSTANCE_NOT_EXIST
@@ -89,8 +78,8 @@ def test_beyond_loopback_admin_rpcs_need_the_token_the_server_made(tmp_path: Pat
     try:
         assert path.read_text(encoding="utf-8").strip() == token
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert _create_refused(again, None, "refused") is grpc.StatusCode.UNAUTHENTICATED
-        assert _create_refused(again, token, "g2") is grpc.StatusCode.OK
+        assert again.admin_code(None, "refused") is grpc.StatusCode.UNAUTHENTICATED
+        assert again.admin_code(token, "g2") is grpc.StatusCode.OK
         assert _groups(again) == ["g", "g2"]
     finally:
         assert again.stop() == 0
@@ -103,8 +92,8 @@ def test_an_admin_token_file_overrides_the_data_dir_token(tmp_path: Path) -> Non
     given.write_text("operator-chosen\n", encoding="utf-8")
     served = Served("0.0.0.0", "--data-dir", str(data), "--admin-token-file", str(given))
     try:
-        assert _create_refused(served, None, "refused") is grpc.StatusCode.UNAUTHENTICATED
-        assert _create_refused(served, "operator-chosen", "g") is grpc.StatusCode.OK
+        assert served.admin_code(None, "refused") is grpc.StatusCode.UNAUTHENTICATED
+        assert served.admin_code("operator-chosen", "g") is grpc.StatusCode.OK
     finally:
         assert served.stop() == 0
     assert not (data / ADMIN_TOKEN_FILE).exists()
@@ -117,7 +106,7 @@ def test_open_admin_keeps_admin_open_and_warns_at_every_start(tmp_path: Path) ->
         env = {} if how else {"LITEHIT_OPEN_ADMIN": "true"}
         served = Served("0.0.0.0", "--data-dir", str(data), *how, env=env)
         try:
-            assert _create_refused(served, None, f"open{len(how)}") is grpc.StatusCode.OK
+            assert served.admin_code(None, f"open{len(how)}") is grpc.StatusCode.OK
         finally:
             assert served.stop() == 0
         warnings = [line for line in served.log.splitlines() if " WARNING " in line]
@@ -128,7 +117,7 @@ def test_open_admin_keeps_admin_open_and_warns_at_every_start(tmp_path: Path) ->
 def test_a_loopback_server_stays_open(tmp_path: Path) -> None:
     served = Served("127.0.0.1", "--data-dir", str(tmp_path / "data"))
     try:
-        assert _create_refused(served, None, "g") is grpc.StatusCode.OK
+        assert served.admin_code(None, "g") is grpc.StatusCode.OK
     finally:
         assert served.stop() == 0
     assert not (tmp_path / "data" / ADMIN_TOKEN_FILE).exists()

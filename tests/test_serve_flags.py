@@ -23,6 +23,7 @@ import grpc
 import pytest
 from conftest import require_binary, scrape
 from served import Served
+from test_server_integration import GROUPS_YAML
 
 from litehit_service import messages as pb2
 from litehit_service.access import ADMIN_TOKEN_FILE
@@ -37,19 +38,6 @@ from litehit_service.model import (
 
 ADMIN, ADMIN_FROM_FILE = "admin-on-the-command-line", "admin-from-a-file"
 QUERY_FROM_FILE, QUERY = "query-from-a-file", "query-on-the-command-line"
-GROUPS_YAML = """\
-instance_groups:
-  - name: g
-    eviction_policy: lru
-    capacity_gb: [0.0000019073486328125, 0.00000095367431640625]
-    enable_theoretical_max_cache: true
-instances:
-  - instance_id: inst
-    instance_group: g
-    block_size: 4
-    location_spec_infos: [{name: kv, size: 1024}]
-    location_spec_groups: [{name: full, spec_names: [kv]}]
-"""
 GROUP = InstanceGroup("g", (1.0,), enable_theoretical_max_cache=True)
 
 
@@ -206,16 +194,6 @@ def _memory_per_block(client: Any) -> float:
     return (memory() - before) / KEYS_FOR_MEMORY
 
 
-def _admin_code(served: Served, token: str | None, name: str) -> grpc.StatusCode:
-    """How CreateInstanceGroup ``name`` ends (OK when it was accepted)."""
-    with served.client(token) as client:
-        try:
-            client.create_instance_group(InstanceGroup(name, (1.0,)))
-        except grpc.RpcError as exc:
-            return exc.code()
-    return grpc.StatusCode.OK
-
-
 def _query_code(served: Served, token: str | None, instance_id: str = "inst") -> Any:
     """How a TraceQuery ends: the gRPC code when refused, else the header's code."""
     with served.client(token) as client:
@@ -294,21 +272,21 @@ def check_tls(servers: Servers) -> None:
 def check_admin_token(servers: Servers) -> None:
     served = servers["limits"]
     for wrong in (None, QUERY_FROM_FILE):
-        assert _admin_code(served, wrong, "by-flag") is grpc.StatusCode.UNAUTHENTICATED
-    assert _admin_code(served, ADMIN, "by-flag") is grpc.StatusCode.OK
+        assert served.admin_code(wrong, "by-flag") is grpc.StatusCode.UNAUTHENTICATED
+    assert served.admin_code(ADMIN, "by-flag") is grpc.StatusCode.OK
 
 
 def check_admin_token_file(servers: Servers) -> None:
     served = servers["secure"]
     for wrong in (None, QUERY):
-        assert _admin_code(served, wrong, "by-file") is grpc.StatusCode.UNAUTHENTICATED
-    assert _admin_code(served, ADMIN_FROM_FILE, "by-file") is grpc.StatusCode.OK
+        assert served.admin_code(wrong, "by-file") is grpc.StatusCode.UNAUTHENTICATED
+    assert served.admin_code(ADMIN_FROM_FILE, "by-file") is grpc.StatusCode.OK
     assert not (served.data_dir / ADMIN_TOKEN_FILE).exists()
 
 
 def check_open_admin(servers: Servers) -> None:
     served = servers["open"]  # 0.0.0.0 without a token: only --open-admin leaves it open
-    assert _admin_code(served, None, "open") is grpc.StatusCode.OK
+    assert served.admin_code(None, "open") is grpc.StatusCode.OK
     assert not (served.data_dir / ADMIN_TOKEN_FILE).exists()
     log = served.wait_for_log("(--open-admin)")
     (line,) = [line for line in log.splitlines() if "(--open-admin)" in line]
