@@ -1,33 +1,24 @@
-"""``litehit serve`` as a real subprocess on any listen host (0.0.0.0 included), port 0.
-
-:class:`Served` reads the bound addresses back from the first stdout line and reaches the
-gRPC port through 127.0.0.1 (only loopback is ever contacted); stderr (the log) is drained
-continuously and readable while the server runs.
+"""``litehit serve`` on any listen host (0.0.0.0 included) with a client: a
+:class:`~serve_process.ServeProcess` that reaches its gRPC port through 127.0.0.1 (only
+loopback is ever contacted), with its log readable while it runs.
 """
 
 from __future__ import annotations
 
-import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import grpc
-from serve_process import ROOT, serve_env
+from serve_process import ServeProcess
 
 from litehit_service.client import OptimizerClient
 from litehit_service.model import InstanceGroup
 
 
-class Served:
-    """``python -m litehit_service serve --listen HOST:0 --metrics-listen 127.0.0.1:0 ARGS``.
-
-    ``args`` may repeat ``--listen``/``--metrics-listen`` (the last one wins). ``env`` is
-    added to :func:`serve_process.serve_env` (no ``LITEHIT_*`` variable). ``tls_ca`` makes
-    :meth:`client` speak TLS. :meth:`stop` (SIGTERM) returns the exit code.
+class Served(ServeProcess):
+    """A :class:`~serve_process.ServeProcess` on ``listen_host`` with a 1 s grace (unless
+    ``args`` say otherwise) and a client for it. ``tls_ca`` makes :meth:`client` speak
+    TLS. :meth:`stop` (SIGTERM) returns the exit code and keeps the whole log in ``log``.
     """
 
     def __init__(
@@ -37,42 +28,9 @@ class Served:
         env: dict[str, str] | None = None,
         tls_ca: str | Path | None = None,
     ) -> None:
-        environ = serve_env() | (env or {})
-        self.argv = ["serve", "--listen", f"{listen_host}:0", "--metrics-listen", "127.0.0.1:0",
-                     "--grace-seconds", "1", *args]  # fmt: skip
+        super().__init__("--grace-seconds", "1", *args, host=listen_host, env=env)
+        self.announced = self.grpc
         self.tls_ca = tls_ca
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "litehit_service", *self.argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=environ,
-            cwd=ROOT,
-        )
-        self._errors: list[str] = []
-        self._reader = threading.Thread(
-            target=lambda: self._errors.extend(self.proc.stderr),  # type: ignore[arg-type]
-            daemon=True,
-        )
-        self._reader.start()
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(
-            target=lambda: lines.put(self.proc.stdout.readline()),  # type: ignore[union-attr]
-            daemon=True,
-        ).start()
-        try:
-            first = lines.get(timeout=120)
-        except queue.Empty:
-            first = ""  # printed nothing: killed below
-        if not first.startswith("litehit serving grpc="):
-            self.kill()
-            self._reader.join(timeout=10)
-            raise AssertionError(f"litehit serve did not start: {''.join(self._errors)}")
-        fields = dict(part.split("=", 1) for part in first.split()[2:])
-        self.announced = fields["grpc"]
-        self.metrics = fields["metrics"]
-        self.data_dir = Path(fields["data_dir"])
-        self.target = f"127.0.0.1:{self.announced.rpartition(':')[2]}"
         self.log = ""
         self.code: int | None = None
 
@@ -110,23 +68,9 @@ class Served:
         return log
 
     def stop(self) -> int:
-        """SIGTERM, wait; keeps the whole log in ``log`` and returns the exit code."""
+        """SIGTERM, wait (see :meth:`terminate`); keeps the whole log in ``log`` and
+        returns the exit code."""
         if self.code is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.code = self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                self._reader.join(timeout=10)
-                raise AssertionError(
-                    f"litehit serve did not exit within 60 s of SIGTERM; its log:\n"
-                    f"{self.log_so_far()}"
-                ) from None
-            self._reader.join(timeout=10)
+            self.code = self.terminate()
             self.log = "".join(self._errors)
         return self.code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)

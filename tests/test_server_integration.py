@@ -748,7 +748,7 @@ def test_litehit_serve_process_stops_on_sigterm_and_restores_on_restart(tmp_path
         "1",
     )
     try:
-        assert server.data_dir == str(data_dir.resolve())
+        assert server.data_dir == data_dir.resolve()
         with OptimizerClient(server.grpc, admin_token="tok") as client:
             extra = InstanceGroup("extra", (1.0,))
             assert client.create_instance_group(extra).header.status.code == pb2.OK
