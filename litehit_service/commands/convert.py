@@ -2,7 +2,7 @@
 
 The output has one compact JSON object per event, keys in the order ``type, instance_id,
 trace_id, timestamp_ns, keys, input_len`` (see
-:func:`litehit_service.traces.format_standard_event`).
+:func:`litehit_service.offline.traces.standard.format_standard_event`).
 Every timestamp is shifted by ``--time-offset-ns`` (default 1,000,000 ns = 1 ms) because
 the standard format needs ``timestamp_ns > 0`` while Mooncake traces start at 0 ms; pass
 ``--time-offset-ns 0`` to keep timestamps unchanged. Output timestamps must not go
