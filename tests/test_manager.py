@@ -198,6 +198,21 @@ def test_group_validation(group: InstanceGroup, kind: type, message: str) -> Non
     assert snapshot(m) == before
 
 
+def test_create_identical_group_is_idempotent() -> None:
+    """An identical group (capacities in any order: compared as validated) is a no-op that
+    keeps the group's instances and their state; a different one stays DuplicateEntity."""
+    m = new_manager()
+    m.trace_query("i1", [1, 2], 8)
+    before = snapshot(m)
+    m.create_group(make_group("g", capacity_gb=(SLOT2, SLOT3)))
+    m.create_group(make_group("g"))
+    assert snapshot(m) == before
+    assert m.list_instances()[0].total_queries == 1
+    with pytest.raises(DuplicateEntity, match="instance group 'g' already exists"):
+        m.create_group(make_group("g", enable_theoretical_max_cache=False))
+    assert snapshot(m) == before
+
+
 def test_create_duplicate_group() -> None:
     m = new_manager()
     before = snapshot(m)

@@ -49,6 +49,18 @@ def test_gateway_example_runs(server, capsys):
     assert lines[2].startswith("gpu-0 [(8.0, ")
 
 
+def test_gateway_example_runs_twice_against_one_server(server, capsys):
+    """A restarting gateway runs the example again: the identical group and registration
+    are accepted as they are, and the instance keeps its cache (now every block hits)."""
+    code = re.search(r"## A gateway in ten lines\n\n```python\n(.*?)```", README, re.S).group(1)
+    example = compile(code.replace("127.0.0.1:50051", server), "README", "exec")
+    exec(example, {})
+    exec(example, {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3:5] == ["[3, 3, 3]", "[3, 3, 3]"]
+    assert lines[5].startswith("gpu-0 [(8.0, ")
+
+
 def test_grpcurl_examples_are_valid_requests(server):
     """Each grpcurl -d payload parses into its request type (grpcurl's JSON mapping) and
     succeeds, in order, on a real server."""

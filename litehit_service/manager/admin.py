@@ -142,11 +142,19 @@ class OnlineOptimizerManager:
     # ------------------------------------------------------------------- groups
 
     def create_group(self, group: InstanceGroup) -> None:
-        """Validate and add a new group; DuplicateEntity if the name is taken."""
+        """Validate and add a new group; idempotent for an identical group.
+
+        Creating a group that exists with an identical definition (compared after
+        validation, so capacity order does not matter: what a restarting gateway does) is a
+        no-op; a different group under a taken name raises DuplicateEntity.
+        """
         g = validated_group(group)
         self.policy.check_touch_order(g.name, g.touch_order)
         with self._admin:
-            if g.name in self._groups:
+            existing = self._groups.get(g.name)
+            if existing == g:
+                return
+            if existing is not None:
                 raise DuplicateEntity(f"instance group {g.name!r} already exists")
             self._save(lambda r: r.save_group(g))
             self._groups[g.name] = g
