@@ -42,8 +42,12 @@ class OptimizerClient:
     ``retries`` extra attempts follow UNAVAILABLE/DEADLINE_EXCEEDED after sleeping
     ``backoff_initial * 2**k`` seconds (capped at ``backoff_max``). Note that a retried
     mutating call may report DUPLICATE_ENTITY if the first attempt did reach the server.
-    ``admin_token`` is sent as ``authorization: Bearer <token>`` on every call; ``tls_ca``
-    (a PEM file) switches to TLS. Use as a context manager or call :meth:`close`.
+    Tokens travel as ``authorization: Bearer <token>``: ``query_token`` on the query RPCs
+    (``TraceQuery*``: :meth:`trace_query`, :meth:`stream_trace_queries`,
+    :meth:`stream_packed`), ``admin_token`` on every other call, and on the query RPCs too
+    when no ``query_token`` is given (the server accepts the admin token everywhere; reads
+    need no token). ``tls_ca`` (a PEM file) switches to TLS. Use as a context manager or
+    call :meth:`close`.
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class OptimizerClient:
         backoff_initial: float = 0.1,
         backoff_max: float = 2.0,
         admin_token: str | None = None,
+        query_token: str | None = None,
         tls_ca: str | Path | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
@@ -88,9 +93,8 @@ class OptimizerClient:
         else:
             self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pb2.OptimizerServiceStub(self._channel)
-        self._metadata: tuple[tuple[str, str], ...] | None = (
-            (("authorization", f"Bearer {admin_token}"),) if admin_token else None
-        )
+        self._metadata = _bearer(admin_token)
+        self._query_metadata = _bearer(query_token) or self._metadata
 
     # ------------------------------------------------------------------ plumbing
 
@@ -113,13 +117,22 @@ class OptimizerClient:
         """The sleeps (seconds) between attempts: ``min(max, initial * 2**k)`` for each retry."""
         return [min(self.backoff_max, self.backoff_initial * 2**k) for k in range(self.retries)]
 
-    def _call(self, rpc: Callable[..., _Resp], request: Any, check: bool = True) -> _Resp:
-        """Invoke a unary RPC with the timeout, metadata and retry policy; with ``check``, a
-        non-OK header raises its typed :class:`~litehit_service.errors.OptimizerError`."""
+    def _call(
+        self,
+        rpc: Callable[..., _Resp],
+        request: Any,
+        check: bool = True,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> _Resp:
+        """Invoke a unary RPC with the timeout, metadata (the admin token's unless given) and
+        retry policy; with ``check``, a non-OK header raises its typed
+        :class:`~litehit_service.errors.OptimizerError`."""
         delays = self.backoff_delays()
+        if metadata is None:
+            metadata = self._metadata
         for attempt in itertools.count():
             try:
-                response = rpc(request, timeout=self.timeout, metadata=self._metadata)
+                response = rpc(request, timeout=self.timeout, metadata=metadata)
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 if code not in RETRYABLE_CODES or attempt >= len(delays):
@@ -317,6 +330,7 @@ class OptimizerClient:
                 timestamp_ns=timestamp_ns,
             ),
             check=check,
+            metadata=self._query_metadata,
         )
 
     def stream_trace_queries(
@@ -340,7 +354,7 @@ class OptimizerClient:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be > 0, got {batch_size}")
         call = self._stub.TraceQueryStream(
-            _batches(requests, batch_size), timeout=timeout, metadata=self._metadata
+            _batches(requests, batch_size), timeout=timeout, metadata=self._query_metadata
         )
         try:
             for response in call:
@@ -365,13 +379,18 @@ class OptimizerClient:
         applied) raises its typed error when reached and cancels the stream; a transport
         error raises ``grpc.RpcError``. Not retried. O(total keys)."""
         call = self._stub.TraceQueryPackedStream(
-            iter(batches), timeout=timeout, metadata=self._metadata
+            iter(batches), timeout=timeout, metadata=self._query_metadata
         )
         try:
             for response in call:
                 yield packed_result_from_pb(response)
         finally:
             call.cancel()
+
+
+def _bearer(token: str | None) -> tuple[tuple[str, str], ...] | None:
+    """The call metadata carrying ``token`` (None when there is no token)."""
+    return (("authorization", f"Bearer {token}"),) if token else None
 
 
 def _batches(
