@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -190,6 +191,7 @@ class LiteHitServer:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         address = format_address(self._host, self._port)
+        probe_port(self._host, self._port, address)
         try:
             if self.options.tls_cert is not None and self.options.tls_key is not None:
                 credentials = grpc.ssl_server_credentials(
@@ -267,6 +269,34 @@ class LiteHitServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def probe_port(host: str, port: int, address: str) -> None:
+    """Raise ``OSError("cannot listen on ADDRESS: <reason>")`` when no address ``host``
+    resolves to can be bound on ``port``; a no-op for port 0.
+
+    Checked with a throwaway socket (SO_REUSEADDR, as gRPC binds) before gRPC binds,
+    because gRPC's C core logs a raw ``add_port.cc`` line to stderr when it cannot bind;
+    gRPC's own failure stays the fallback for a port taken in between. O(addresses).
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # let gRPC resolve it and report its own error
+    reason = ""
+    for family, kind, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(sockaddr)
+        except OSError as exc:
+            reason = reason or exc.strerror or str(exc)
+            continue
+        return  # one bindable address is enough (gRPC binds what it can)
+    if reason:
+        raise OSError(f"cannot listen on {address}: {reason}")
 
 
 async def _awaited(make: Callable[[], Awaitable[_T]]) -> _T:

@@ -48,6 +48,17 @@ def test_grpc_port_taken_leaves_nothing(tmp_path: Path, taken_port: int) -> None
     assert tree(tmp_path) == []  # neither the data dir nor the parent it made
 
 
+def test_grpc_port_taken_is_one_clean_error(tmp_path: Path, taken_port: int) -> None:
+    """No raw gRPC core line (``add_port.cc``, ``chttp2``) before the clean error."""
+    result = litehit_serve(tmp_path / "data", "--listen", f"127.0.0.1:{taken_port}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"litehit serve: error: cannot listen on 127.0.0.1:{taken_port}: Address already in use"
+    )
+    assert "add_port" not in result.stderr and "chttp2" not in result.stderr, result.stderr
+    assert "GRPC_VERBOSITY" not in result.stderr
+
+
 def test_metrics_port_taken_leaves_nothing(tmp_path: Path, taken_port: int) -> None:
     result = litehit_serve(tmp_path / "data", "--metrics-listen", f"127.0.0.1:{taken_port}")
     assert (result.returncode, result.stdout) == (1, "")
