@@ -113,6 +113,25 @@ def test_title_names_the_trace_and_the_instances(
     assert "litehit_facts.csv" not in svg.read_text(encoding="utf-8")
 
 
+def test_a_trace_named_trace_is_not_called_trace_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``litehit replay`` of trace.jsonl writes trace_results/ (the README's walkthrough)."""
+    folder = tmp_path / "trace_results"
+    folder.mkdir()
+    facts = write_facts(folder / "litehit_facts.csv", worked_rows())
+    svg = tmp_path / "c.svg"
+    assert run(capsys, str(facts), "-o", str(svg))[0] == 0
+    text = svg.read_text(encoding="utf-8")
+    assert "<!-- Exact LRU prefix-cache hit rate: trace, instance gpu-0 -->" in text
+    assert "trace trace" not in text
+    curves = build_curves(random_rows(1, n=200))[:1]
+    assert curve_title(curves, "mooncake_trace") == (
+        "Exact LRU prefix-cache hit rate: mooncake_trace, instance a"
+    )
+    assert curve_title(curves, "Trace") == "Exact LRU prefix-cache hit rate: Trace, instance a"
+
+
 def test_trace_name_and_curve_title() -> None:
     assert trace_name("/x/trace_results/litehit_facts.csv") == "trace"
     assert trace_name("/x/out/litehit_facts.csv") == "out"

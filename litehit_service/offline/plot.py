@@ -65,11 +65,16 @@ def plot_format(path: str | os.PathLike[str]) -> str:
 
 def curve_title(curves: Sequence[InstanceCurve], trace: str = "") -> str:
     """``Exact LRU prefix-cache hit rate: trace T, instance I`` (``instances A, B and 3
-    more`` past four; without ``trace`` just the instances). O(instances)."""
+    more`` past four; without ``trace`` just the instances; a trace whose name already
+    says trace, like ``trace`` or ``mooncake_trace``, is not called "trace" twice).
+    O(instances)."""
     ids = [cur.instance_id for cur in curves]
     shown = ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
     who = f"instance {shown}" if len(ids) == 1 else f"instances {shown}"
-    return f"{TITLE}: " + (f"trace {trace}, {who}" if trace else who)
+    if not trace:
+        return f"{TITLE}: {who}"
+    named = trace if "trace" in trace.lower() else f"trace {trace}"
+    return f"{TITLE}: {named}, {who}"
 
 
 def sample_curve(
