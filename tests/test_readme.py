@@ -155,3 +155,28 @@ def test_every_serve_flag_is_in_the_configuration_table():
         names = [k for k in rows if f"`{option.flag}`" in k]
         assert names, f"README configuration table lacks {option.flag}"
         assert f"`{option.env}`" in rows[names[0]], option.env
+
+
+def test_live_curve_walkthrough_runs_from_a_fresh_folder(tmp_path, serve, mooncake):
+    """The live-curve section's commands as written (``litehit feed`` first), against
+    ``litehit serve`` on port 0, in a folder holding only the Mooncake conversation trace:
+    each succeeds, and ``litehit curve --server`` prints the table the README shows."""
+    from conftest import run_cli
+
+    section = README[README.index("## Live curves") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
+    server = serve("--data-dir", str(tmp_path / "data"))
+    done = {}
+    for line in block.strip().splitlines():
+        argv = [a.replace("127.0.0.1:50051", server.target) for a in shlex.split(line, True)]
+        assert argv[0] == "litehit", line
+        done[argv[1]] = run_cli(*argv[1:], cwd=tmp_path)
+        assert done[argv[1]].returncode == 0, (line, done[argv[1]].stderr)
+    assert list(done) == ["convert", "feed", "curve", "instances"]
+    assert "(group default, block 512 tokens, 12031 queries on the server)" in done["feed"].stdout
+    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
+    printed = done["curve"].stdout.splitlines()
+    assert shown[:3] == printed[:3]
+    assert set(shown[4:]) <= set(printed), set(shown[4:]) - set(printed)
+    assert (tmp_path / "live.png").stat().st_size > 0 and (tmp_path / "live.csv").is_file()

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "replay",
     "query",
     "curve",
+    "feed",
     "convert",
     "simulate",
     "sweep",
