@@ -83,71 +83,101 @@ def join_field(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
-class Fields:
-    """Typed access to one JSON object's fields; unknown fields are rejected up front."""
+def _report(problems: list[LocatedError] | None, error: LocatedError) -> None:
+    """Raise ``error``, or with a ``problems`` list collect it there and carry on."""
+    if problems is None:
+        raise error
+    problems.append(error)
 
-    def __init__(self, data: Any, where: str, allowed: tuple[str, ...]) -> None:
-        if not isinstance(data, Mapping):
-            raise _bad_field(where, f"must be an object, got {_json_type(data)} {_show(data)}")
+
+class Fields:
+    """Typed access to one JSON object's fields; unknown fields are rejected up front.
+
+    Without ``problems`` the first bad field raises its LocatedError; with a list, every
+    bad field is appended to it and its getter returns the default (so a whole entry is
+    checked at once).
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        where: str,
+        allowed: tuple[str, ...],
+        problems: list[LocatedError] | None = None,
+    ) -> None:
+        self.problems = problems
+        self.where = where
+        self.data: Mapping[Any, Any] = {}
+        self.suggested: set[str] = set()  # a misspelling was reported: not missing as well
+        self.broken = not isinstance(data, Mapping)  # reported once; its fields are not
+        if self.broken:
+            _report(
+                problems,
+                _bad_field(where, f"must be an object, got {_json_type(data)} {_show(data)}"),
+            )
+            return
         for key in data:
             if key not in allowed:
                 hint = difflib.get_close_matches(str(key), allowed, n=1)
                 also = f"; did you mean {hint[0]!r}?" if hint else ""
-                raise _bad_field(
-                    join_field(where, str(key)),
-                    f"unknown field {key!r} (allowed: {', '.join(allowed)}){also}",
+                self.suggested.update(hint)
+                _report(
+                    problems,
+                    _bad_field(
+                        join_field(where, str(key)),
+                        f"unknown field {key!r} (allowed: {', '.join(allowed)}){also}",
+                    ),
                 )
         self.data = data
-        self.where = where
 
     def path(self, name: str) -> str:
         return join_field(self.where, name)
 
+    def _bad(self, name: str, what: str, value: Any, default: Any) -> Any:
+        reason = f"must be {what}, got {_json_type(value)} {_show(value)}"
+        _report(self.problems, _bad_field(self.path(name), reason))
+        return default
+
     def _get(self, name: str, required: bool, default: Any) -> Any:
         if name in self.data:
             return self.data[name]
-        if required:
-            raise _bad_field(self.path(name), "missing required field")
+        if required and not self.broken and name not in self.suggested:
+            _report(self.problems, _bad_field(self.path(name), "missing required field"))
         return default
 
     def string(self, name: str, *, required: bool = False, default: str = "") -> str:
         value = self._get(name, required, default)
         if not isinstance(value, str):
-            raise _bad_field(
-                self.path(name), f"must be a string, got {_json_type(value)} {_show(value)}"
-            )
+            return self._bad(name, "a string", value, default)
         return value
 
     def integer(self, name: str, *, required: bool = False, default: int = 0) -> int:
         value = self._get(name, required, default)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise _bad_field(
-                self.path(name), f"must be an integer, got {_json_type(value)} {_show(value)}"
-            )
+            return self._bad(name, "an integer", value, default)
         return value
 
     def boolean(self, name: str, *, default: bool = False) -> bool:
         value = self._get(name, False, default)
         if not isinstance(value, bool):
-            raise _bad_field(
-                self.path(name), f"must be true or false, got {_json_type(value)} {_show(value)}"
-            )
+            return self._bad(name, "true or false", value, default)
         return value
 
     def array(self, name: str, *, required: bool = False) -> list[Any]:
         value = self._get(name, required, [])
         if not isinstance(value, (list, tuple)):
-            raise _bad_field(
-                self.path(name), f"must be an array, got {_json_type(value)} {_show(value)}"
-            )
+            return self._bad(name, "an array", value, [])
         return list(value)
 
 
-def _string_list(values: list[Any], where: str) -> tuple[str, ...]:
+def _string_list(
+    values: list[Any], where: str, problems: list[LocatedError] | None
+) -> tuple[str, ...]:
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise _bad_field(f"{where}[{i}]", f"must be a string, got {_json_type(v)} {_show(v)}")
-    return tuple(values)
+            reason = f"must be a string, got {_json_type(v)} {_show(v)}"
+            _report(problems, _bad_field(f"{where}[{i}]", reason))
+    return tuple(v for v in values if isinstance(v, str))
 
 
 # --------------------------------------------------------------------------- entries
@@ -176,7 +206,9 @@ _SPEC_GROUP_FIELDS = ("name", "spec_names")
 _STATE_FIELDS = ("full_location_spec_group_name", "linear_location_spec_group_name")
 
 
-def group_from_dict(d: Any, where: str = "instance_group") -> InstanceGroup:
+def group_from_dict(
+    d: Any, where: str = "instance_group", problems: list[LocatedError] | None = None
+) -> InstanceGroup:
     """Parse one instance group object (gRPC field names) into an :class:`InstanceGroup`.
 
     Required: ``name`` (string), ``capacity_gb`` (array of numbers, GiB). Optional:
@@ -185,26 +217,28 @@ def group_from_dict(d: Any, where: str = "instance_group") -> InstanceGroup:
     ``enable_theoretical_max_cache``, ``shared_group_quota`` (booleans, default false),
     ``touch_order`` (``"tail-first"`` default or ``"head-first"``; offline replays only).
     Only structure and JSON types are checked here (LocatedError naming
-    ``{where}.{field}``); value rules are the manager's. O(fields).
+    ``{where}.{field}``); value rules are the manager's. With a ``problems`` list every
+    bad field is appended to it (see :class:`Fields`) instead of raising the first.
+    O(fields).
     """
-    f = Fields(d, where, _GROUP_FIELDS)
+    f = Fields(d, where, _GROUP_FIELDS, problems)
     name = f.string("name", required=True)
     policy_text = f.string("eviction_policy", default="lru")
     policy = _POLICIES.get(policy_text.lower())
     if policy is None:
-        raise _bad_field(
-            f.path("eviction_policy"), f"must be 'lru' (or 'unspecified'), got {policy_text!r}"
-        )
+        reason = f"must be 'lru' (or 'unspecified'), got {policy_text!r}"
+        _report(problems, _bad_field(f.path("eviction_policy"), reason))
+        policy = "lru"
     caps = f.array("capacity_gb", required=True)
     for i, gb in enumerate(caps):
         if isinstance(gb, bool) or not isinstance(gb, (int, float)):
-            raise _bad_field(
-                f"{f.path('capacity_gb')}[{i}]",
-                f"must be a number of GiB, got {_json_type(gb)} {_show(gb)}",
-            )
+            reason = f"must be a number of GiB, got {_json_type(gb)} {_show(gb)}"
+            _report(problems, _bad_field(f"{f.path('capacity_gb')}[{i}]", reason))
     return InstanceGroup(
         name=name,
-        capacity_gb=tuple(float(gb) for gb in caps),
+        capacity_gb=tuple(
+            float(gb) for gb in caps if isinstance(gb, (int, float)) and not isinstance(gb, bool)
+        ),
         eviction_policy=policy,
         shared_group_quota=f.boolean("shared_group_quota"),
         ttl_seconds=f.integer("ttl_seconds"),
@@ -214,7 +248,9 @@ def group_from_dict(d: Any, where: str = "instance_group") -> InstanceGroup:
     )
 
 
-def registration_from_dict(d: Any, where: str = "instance") -> InstanceRegistration:
+def registration_from_dict(
+    d: Any, where: str = "instance", problems: list[LocatedError] | None = None
+) -> InstanceRegistration:
     """Parse one instance object (RegisterInstance field names) into a registration.
 
     Required: ``instance_id``, ``instance_group`` (strings), ``block_size`` (integer,
@@ -222,25 +258,30 @@ def registration_from_dict(d: Any, where: str = "instance") -> InstanceRegistrat
     ``location_spec_groups`` (``[{name, spec_names}]``). Optional: ``optimizer_state_info``
     (``{full_location_spec_group_name, linear_location_spec_group_name}``), ``linear_step``
     (integer, default 0). Structure and JSON types only (LocatedError naming
-    ``{where}.{field}``); value rules are the manager's. O(fields + specs).
+    ``{where}.{field}``); value rules are the manager's. With a ``problems`` list every
+    bad field is appended to it instead of raising the first. O(fields + specs).
     """
-    f = Fields(d, where, _INSTANCE_FIELDS)
+    f = Fields(d, where, _INSTANCE_FIELDS, problems)
     instance_id = f.string("instance_id", required=True)
     group = f.string("instance_group", required=True)
     block_size = f.integer("block_size", required=True)
     specs = []
     for i, item in enumerate(f.array("location_spec_infos", required=True)):
-        s = Fields(item, f"{f.path('location_spec_infos')}[{i}]", _SPEC_FIELDS)
+        s = Fields(item, f"{f.path('location_spec_infos')}[{i}]", _SPEC_FIELDS, problems)
         specs.append(
             LocationSpec(s.string("name", required=True), s.integer("size", required=True))
         )
     spec_groups = []
     for i, item in enumerate(f.array("location_spec_groups", required=True)):
-        g = Fields(item, f"{f.path('location_spec_groups')}[{i}]", _SPEC_GROUP_FIELDS)
-        names = _string_list(g.array("spec_names", required=True), g.path("spec_names"))
+        g = Fields(item, f"{f.path('location_spec_groups')}[{i}]", _SPEC_GROUP_FIELDS, problems)
+        spec_names = g.array("spec_names", required=True)
+        names = _string_list(spec_names, g.path("spec_names"), problems)
         spec_groups.append(LocationSpecGroup(g.string("name", required=True), names))
     state = Fields(
-        f.data.get("optimizer_state_info", {}), f.path("optimizer_state_info"), _STATE_FIELDS
+        f.data.get("optimizer_state_info", {}),
+        f.path("optimizer_state_info"),
+        _STATE_FIELDS,
+        problems,
     )
     return InstanceRegistration(
         instance_id=instance_id,

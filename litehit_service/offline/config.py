@@ -59,8 +59,10 @@ from litehit_service.offline.traces.registry import format_names, get_reader
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "TRACE_FORMATS",
+    "ConfigErrors",
     "ReplayConfig",
     "check_config",
+    "raise_config_errors",
     "group_from_dict",
     "load_config",
     "registration_from_dict",
@@ -99,7 +101,8 @@ class ReplayConfig:
     field_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def line_of(self, field_path: str) -> int:
-        """Line of ``field_path`` in :attr:`source`, else of its nearest parent; 0 if unknown."""
+        """Line of ``field_path`` in :attr:`source`, else of its nearest parent (the whole
+        document's first line at the top); 0 if unknown."""
         path = field_path
         while path:
             line = self.field_lines.get(path)
@@ -107,11 +110,50 @@ class ReplayConfig:
                 return line
             cut = max(path.rfind("."), path.rfind("["))
             path = path[:cut] if cut > 0 else ""
-        return 0
+        return self.field_lines.get("", 0)
 
     def error(self, field_path: str, reason: str) -> LocatedError:
         """A :class:`LocatedError` about ``field_path`` located in :attr:`source`."""
         return LocatedError(self.source, self.line_of(field_path), reason, field_path)
+
+
+class ConfigErrors(LocatedError):
+    """Every problem of a config at once: a :class:`LocatedError` that is the first of
+    ``errors`` (its path, line, field and reason) and prints all of them, one
+    ``path:line: field: reason`` per line, in line order. Picklable."""
+
+    def __init__(self, errors: tuple[LocatedError, ...]) -> None:
+        first = errors[0]
+        super().__init__(first.path, first.line_no, first.reason, first.field)
+        self.errors = errors
+        self.args = ("\n".join(str(e) for e in errors),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.errors,))
+
+    def at(self, path: str, line_no: int) -> ConfigErrors:
+        """Every error placed at ``path:line_no`` (see :meth:`LocatedError.at`)."""
+        return ConfigErrors(tuple(e.at(path, line_no) for e in self.errors))
+
+
+def raise_config_errors(problems: list[LocatedError]) -> None:
+    """Raise :class:`ConfigErrors` of ``problems`` (sorted by line; a problem about a field
+    at or under one already reported is left out, as a consequence of it); no-op if none."""
+    kept: list[LocatedError] = []
+    for problem in problems:
+        if not any(_within(problem.field, k.field) for k in kept):
+            kept.append(problem)
+    if kept:
+        raise ConfigErrors(tuple(sorted(kept, key=lambda e: e.line_no)))
+
+
+def _within(field_path: str, parent: str) -> bool:
+    if not parent or field_path == parent:  # "": the document itself is wrong
+        return True
+    return field_path.startswith(parent) and field_path[len(parent)] in ".["
 
 
 _TOP_FIELDS = (
@@ -143,28 +185,25 @@ def replay_config_from_dict(
     pipeline_worker_count > 0, a known trace_format, at least one group and one instance,
     unique instance ids, every instance's block_size a positive multiple of block_size,
     override_instance_id naming a configured instance, and not both override and fanout.
-    Errors are :class:`LocatedError` located via ``source``/``field_lines``. O(config size).
+    Every problem is reported at once: :class:`ConfigErrors` (a :class:`LocatedError`),
+    each located via ``source``/``field_lines``. O(config size).
     """
     lines = dict(field_lines or {})
     probe = ReplayConfig("", "", (), (), source=source, field_lines=lines)
-    try:
-        return _build(data, Path(base_dir), probe)
-    except LocatedError as exc:
-        if exc.path or not source:
-            raise
-        raise probe.error(exc.field, exc.reason) from None
+    return _build(data, Path(base_dir), probe)
 
 
 def _build(data: Any, base_dir: Path, probe: ReplayConfig) -> ReplayConfig:
-    f = Fields(data, "", _TOP_FIELDS)
+    found: list[LocatedError] = []
+    f = Fields(data, "", _TOP_FIELDS, found)
     trace = f.string("trace_file_path", required=True)
     output = f.string("output_result_path", required=True)
     groups = tuple(
-        group_from_dict(g, f"instance_groups[{i}]")
+        group_from_dict(g, f"instance_groups[{i}]", found)
         for i, g in enumerate(f.array("instance_groups", required=True))
     )
     regs = tuple(
-        registration_from_dict(r, f"instances[{i}]")
+        registration_from_dict(r, f"instances[{i}]", found)
         for i, r in enumerate(f.array("instances", required=True))
     )
     config = ReplayConfig(
@@ -180,8 +219,24 @@ def _build(data: Any, base_dir: Path, probe: ReplayConfig) -> ReplayConfig:
         source=probe.source,
         field_lines=probe.field_lines,
     )
-    check_config(config)
+    problems = [probe.error(p.field, p.reason) for p in found]
+    # the rules below judge what the structure check let through (defaults in place of
+    # bad values): leave out their verdicts on an entry (or a block_size) already reported
+    broken = {_entry(p.field) for p in found}
+    problems += [
+        p
+        for p in config_problems(config)
+        if _entry(p.field) not in broken
+        and not ("block_size" in broken and p.field.endswith(".block_size"))
+    ]
+    raise_config_errors(problems)
     return config
+
+
+def _entry(field_path: str) -> str:
+    """The top-level field or list entry a field belongs to: ``instances[0].a.b`` ->
+    ``instances[0]``."""
+    return field_path.split(".", 1)[0]
 
 
 def check_config(config: ReplayConfig) -> None:
@@ -193,64 +248,81 @@ def check_config(config: ReplayConfig) -> None:
     ``override_instance_id`` names a configured instance and is not combined with
     ``fanout_all_instances``; a Mooncake trace (no instance ids) needs override, fanout or
     exactly one instance. Group and registration value rules are left to the manager.
-    O(instances).
+    Every problem is reported at once (:class:`ConfigErrors`). O(instances).
     """
+    raise_config_errors(config_problems(config))
+
+
+def config_problems(config: ReplayConfig) -> list[LocatedError]:
+    """Every problem :func:`check_config` finds, located, in the order checked."""
     err = config.error
+    found: list[LocatedError] = []
     if not config.trace_file_path:
-        raise err("trace_file_path", "must not be empty")
+        found.append(err("trace_file_path", "must not be empty"))
     if not config.output_result_path:
-        raise err("output_result_path", "must not be empty")
+        found.append(err("output_result_path", "must not be empty"))
     bs = config.block_size
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs <= 0:
-        raise err("block_size", f"must be an integer > 0 (tokens per trace key), got {bs!r}")
+    bs_ok = not isinstance(bs, bool) and isinstance(bs, int) and bs > 0
+    if not bs_ok:
+        reason = f"must be an integer > 0 (tokens per trace key), got {bs!r}"
+        found.append(err("block_size", reason))
     workers = config.pipeline_worker_count
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise err("pipeline_worker_count", f"must be an integer >= 1, got {workers!r}")
-    if config.trace_format not in TRACE_FORMATS:
-        raise err(
-            "trace_format", f"must be one of {list(TRACE_FORMATS)}, got {config.trace_format!r}"
-        )
+        found.append(err("pipeline_worker_count", f"must be an integer >= 1, got {workers!r}"))
+    format_ok = config.trace_format in TRACE_FORMATS
+    if not format_ok:
+        reason = f"must be one of {list(TRACE_FORMATS)}, got {config.trace_format!r}"
+        found.append(err("trace_format", reason))
     if not config.instance_groups:
-        raise err("instance_groups", "must list at least one instance group")
+        found.append(err("instance_groups", "must list at least one instance group"))
     if not config.instances:
-        raise err("instances", "must list at least one instance")
+        found.append(err("instances", "must list at least one instance"))
     seen: dict[str, int] = {}
     for i, reg in enumerate(config.instances):
         if reg.instance_id in seen:
-            raise err(
-                f"instances[{i}].instance_id",
-                f"{reg.instance_id!r} is already used by instances[{seen[reg.instance_id]}]",
-            )
-        seen[reg.instance_id] = i
+            reason = f"{reg.instance_id!r} is already used by instances[{seen[reg.instance_id]}]"
+            found.append(err(f"instances[{i}].instance_id", reason))
+        else:
+            seen[reg.instance_id] = i
         rbs = reg.block_size
-        if isinstance(rbs, bool) or not isinstance(rbs, int) or rbs <= 0 or rbs % bs:
-            raise err(
-                f"instances[{i}].block_size",
-                f"{rbs!r} must be a positive multiple of the trace block_size {bs} "
-                "(re-blocking only coarsens)",
+        if bs_ok and (isinstance(rbs, bool) or not isinstance(rbs, int) or rbs <= 0 or rbs % bs):
+            found.append(
+                err(
+                    f"instances[{i}].block_size",
+                    f"{rbs!r} must be a positive multiple of the trace block_size {bs} "
+                    "(re-blocking only coarsens)",
+                )
             )
     override = config.override_instance_id
     if override and config.fanout_all_instances:
-        raise err(
-            "override_instance_id",
-            "override_instance_id and fanout_all_instances are mutually exclusive",
+        found.append(
+            err(
+                "override_instance_id",
+                "override_instance_id and fanout_all_instances are mutually exclusive",
+            )
         )
-    if override and override not in seen:
-        raise err(
-            "override_instance_id",
-            f"{override!r} is not one of the configured instances {sorted(seen)}",
+    elif override and override not in seen:
+        found.append(
+            err(
+                "override_instance_id",
+                f"{override!r} is not one of the configured instances {sorted(seen)}",
+            )
         )
     if (
-        not get_reader(config.trace_format).names_instances
+        format_ok
+        and not get_reader(config.trace_format).names_instances
         and not override
         and not config.fanout_all_instances
-        and len(config.instances) != 1
+        and len(config.instances) > 1
     ):
-        raise err(
-            "trace_format",
-            f"a {config.trace_format} trace has no instance ids but {len(config.instances)} "
-            "instances are configured: set override_instance_id or fanout_all_instances",
+        found.append(
+            err(
+                "trace_format",
+                f"a {config.trace_format} trace has no instance ids but {len(config.instances)} "
+                "instances are configured: set override_instance_id or fanout_all_instances",
+            )
         )
+    return found
 
 
 def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
@@ -323,5 +395,6 @@ def _field_lines(text: str) -> tuple[dict[str, int], tuple[str, int] | None]:
                 continue
             return i + 1
 
+    lines[""] = line_of(skip(0))
     walk(0, "")
     return lines, (duplicate[0] if duplicate else None)

@@ -51,7 +51,7 @@ from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
-from litehit_service.offline.config import ReplayConfig, check_config
+from litehit_service.offline.config import ReplayConfig, check_config, raise_config_errors
 from litehit_service.offline.outputs import run_line
 from litehit_service.offline.parsing import (
     BATCH_LINES,
@@ -223,17 +223,21 @@ def run_replay(
     manager = OnlineOptimizerManager(
         policy=QueryPolicy.offline(config.block_size), lru_engine=lru_engine
     )
+    problems, refused = [], set()  # every group and instance the manager refuses, at once
     for i, group in enumerate(config.instance_groups):
         try:
             manager.create_group(group)
         except OptimizerError as exc:
-            raise config.error(f"instance_groups[{i}]", str(exc)) from None
+            problems.append(config.error(f"instance_groups[{i}]", str(exc)))
+            refused.add(group.name)
     results = []
     for i, reg in enumerate(config.instances):
         try:
-            results.append(manager.register_instance(reg))
+            if reg.instance_group not in refused:  # else its group's error says it all
+                results.append(manager.register_instance(reg))
         except OptimizerError as exc:
-            raise config.error(f"instances[{i}]", str(exc)) from None
+            problems.append(config.error(f"instances[{i}]", str(exc)))
+    raise_config_errors(problems)
     models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
     with_model = any(model != DEFAULT_MODEL for model in models.values())  # ledger header
     lanes: dict[str, _Lane] = {}
