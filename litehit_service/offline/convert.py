@@ -38,6 +38,7 @@ from litehit_service.offline.traces import (
     READERS,
     TraceEvent,
     format_standard_event,
+    formats_of_line,
     get_reader,
     open_trace,
     parse_lines,
@@ -108,11 +109,35 @@ def convert_trace(
                 source_format, input_path, output, block_size, instance_id, model,
                 kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
             )  # fmt: skip
+    except LocatedError as exc:
+        hinted = with_format_hint(exc, source_format, max_line_bytes)
+        if hinted is exc:
+            raise
+        raise hinted from None
     except OSError as exc:
         if exc.filename is not None and os.fspath(exc.filename) in tmp_paths:
             exc.filename = published[tmp_paths.index(os.fspath(exc.filename))]
         raise
     return ConvertSummary(count, len(instances), time.perf_counter() - started, output, note)
+
+
+def with_format_hint(
+    exc: LocatedError, source_format: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> LocatedError:
+    """``exc`` about a line of the input with ``(this line looks like a F trace: use --from
+    F)`` added when that line is not ``source_format``'s but another known format's
+    (:func:`~litehit_service.offline.traces.formats_of_line`); else ``exc`` itself.
+    O(bytes up to the line), on the error path only."""
+    if not exc.path or exc.line_no < 1:
+        return exc
+    found = formats_of_line(exc.path, exc.line_no, max_line_bytes=max_line_bytes)
+    names = [reader.name for reader in found]
+    if not names or source_format in names:
+        return exc
+    kind = " or ".join(names)
+    use = " or ".join(f"--from {name}" for name in names)
+    reason = f"{exc.reason} (this line looks like a {kind} trace: use {use})"
+    return LocatedError(exc.path, exc.line_no, reason, exc.field)
 
 
 def _convert(

@@ -37,6 +37,7 @@ from litehit_service.offline.traces.registry import (
     READERS,
     detect_format,
     format_names,
+    formats_of_line,
     get_reader,
     parse_lines,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "dtype_size",
     "format_names",
     "format_standard_event",
+    "formats_of_line",
     "get_reader",
     "open_trace",
     "parse_mooncake_line",

@@ -30,7 +30,14 @@ from litehit_service.offline.traces.mooncake import READER as MOONCAKE
 from litehit_service.offline.traces.records import TraceReader
 from litehit_service.offline.traces.standard import READER as STANDARD
 
-__all__ = ["READERS", "detect_format", "format_names", "get_reader", "parse_lines"]
+__all__ = [
+    "READERS",
+    "detect_format",
+    "format_names",
+    "formats_of_line",
+    "get_reader",
+    "parse_lines",
+]
 
 _ENTRIES: tuple[TraceReader, ...] = (STANDARD, MOONCAKE, LMCACHE)
 
@@ -82,6 +89,29 @@ def detect_format(
                 p, line_no, f"cannot tell the trace format: {which} matches (known: {known})"
             )
     raise LocatedError(p, 0, "cannot tell the trace format of an empty file")
+
+
+def formats_of_line(
+    path: str | os.PathLike[str], line_no: int, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> tuple[TraceReader, ...]:
+    """The readers whose :meth:`~TraceReader.sniff` accepts line ``line_no`` (1-based) of the
+    file at ``path``, in registration order; ``()`` when that line cannot be read or is not a
+    JSON object (never raises for the file's content: meant for explaining another error).
+    O(bytes up to that line)."""
+    p = os.fspath(path)
+    if line_no < 1 or not os.path.isfile(p):
+        return ()
+    try:
+        with open_trace(p) as fh:
+            for n, text in numbered_lines(fh, p, max_line_bytes):
+                if n == line_no:
+                    obj = decode_object(text, n, p)
+                    if obj is None:
+                        return ()
+                    return tuple(r for r in READERS.values() if r.sniff(obj))
+    except (LocatedError, OSError, ValueError):
+        return ()
+    return ()
 
 
 def parse_lines(
