@@ -19,6 +19,7 @@ import grpc
 
 from litehit_service import messages as pb2
 from litehit_service import wire
+from litehit_service.log_limits import LogLimiter
 
 if TYPE_CHECKING:
     from litehit_service.manager import OnlineOptimizerManager
@@ -37,32 +38,66 @@ _INTERNAL = pb2.INTERNAL_ERROR
 class OptimizerServicer(pb2.OptimizerServiceServicer):
     """Serves every OptimizerService RPC from one manager; thread-safe (the manager locks).
 
-    ``metrics`` (optional) receives per-query latencies and error counts.
+    ``metrics`` (optional) receives per-query latencies and error counts (every error);
+    ``log_limits`` decides which rejected requests are written to the log (the first of a
+    kind per instance and peer in full, the repeats summarised: see
+    :mod:`litehit_service.log_limits`). Successful admin actions are logged at INFO with
+    the peer and what changed.
     """
 
     def __init__(
-        self, manager: OnlineOptimizerManager, metrics: ServiceMetrics | None = None
+        self,
+        manager: OnlineOptimizerManager,
+        metrics: ServiceMetrics | None = None,
+        *,
+        log_limits: LogLimiter | None = None,
     ) -> None:
         self._manager = manager
         self._metrics = metrics
+        self.log_limits = log_limits if log_limits is not None else LogLimiter(log)
 
     # ---------------------------------------------------------------- helpers
 
-    def _classify(self, method: str, request: Any, exc: BaseException) -> tuple[int, str]:
-        """Error code and message of ``exc``; counts it and logs it once: a rejected request
-        at INFO with its fields (no traceback), a bug at ERROR with its traceback."""
+    def _classify(
+        self, method: str, request: Any, exc: BaseException, peer: str = ""
+    ) -> tuple[int, str]:
+        """Error code and message of ``exc``; counts it, and logs it through
+        :attr:`log_limits` (keyed by method and code, instance, peer): a rejected request at
+        INFO with its fields (no traceback), a bug at ERROR with its traceback."""
         code = wire.error_code_for(exc)
         message = wire.error_message(exc)
+        instance_id = getattr(request, "instance_id", "")
         fields = {
             "method": method,
             "trace_id": request.trace_id,
-            "instance_id": getattr(request, "instance_id", ""),
+            "instance_id": instance_id,
             "code": wire.error_name(code),
+            "peer": peer,
         }
+        kind = f"{method} {fields['code']}"
         if code == _INTERNAL:
-            log.error("%s failed unexpectedly: %s", method, message, exc_info=exc, extra=fields)
+            self.log_limits.log(
+                logging.ERROR,
+                kind,
+                instance_id,
+                peer,
+                "%s failed unexpectedly: %s",
+                method,
+                message,
+                exc_info=exc,
+                extra=fields,
+            )
         else:
-            log.info("%s rejected: %s", method, message, extra=fields)
+            self.log_limits.log(
+                logging.INFO,
+                kind,
+                instance_id,
+                peer,
+                "%s rejected: %s",
+                method,
+                message,
+                extra=fields,
+            )
         if self._metrics is not None:
             self._metrics.count_error(method, fields["code"])
         return code, message
@@ -74,21 +109,43 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         action: Callable[[], _R],
         on_ok: Callable[[_R], Any],
         response_type: Callable[..., Any],
+        context: Any = None,
+        changed: Callable[[_R], str] | None = None,
     ) -> Any:
-        """Run ``action``; its result through ``on_ok``, or an error response of the type."""
+        """Run ``action``; its result through ``on_ok``, or an error response of the type.
+        ``changed`` (admin actions) describes a success for the log (INFO, with the peer)."""
+        peer = _peer(context)
         try:
-            return on_ok(action())
+            result = action()
         except Exception as exc:  # every failure becomes a header status
-            code, message = self._classify(method, request, exc)
+            code, message = self._classify(method, request, exc, peer)
             return response_type(header=wire.error_header(request.trace_id, code, message))
+        if changed is not None:
+            log.info(
+                "%s by %s: %s",
+                method,
+                peer or "an in-process caller",
+                changed(result),
+                extra={"method": method, "trace_id": request.trace_id, "peer": peer},
+            )
+        return on_ok(result)
 
-    def _common(self, method: str, request: Any, action: Callable[[], object]) -> Any:
+    def _common(
+        self,
+        method: str,
+        request: Any,
+        action: Callable[[], object],
+        context: Any = None,
+        changed: Callable[[object], str] | None = None,
+    ) -> Any:
         return self._run(
             method,
             request,
             action,
             lambda _: pb2.CommonResponse(header=wire.ok_header(request.trace_id)),
             pb2.CommonResponse,
+            context,
+            changed,
         )
 
     # ---------------------------------------------------------------- groups
@@ -101,6 +158,8 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             "CreateInstanceGroup",
             request,
             lambda: self._manager.create_group(wire.group_from_pb(request.instance_group)),
+            context,
+            lambda _: f"instance group created: {_group_text(request.instance_group)}",
         )
 
     def UpdateInstanceGroup(
@@ -111,6 +170,8 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             "UpdateInstanceGroup",
             request,
             lambda: self._manager.update_group(wire.group_from_pb(request.instance_group)),
+            context,
+            lambda _: f"instance group updated: {_group_text(request.instance_group)}",
         )
 
     def RemoveInstanceGroup(
@@ -121,6 +182,8 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             "RemoveInstanceGroup",
             request,
             lambda: self._manager.remove_group(request.name),
+            context,
+            lambda _: f"instance group {request.name!r} removed",
         )
 
     def GetInstanceGroup(
@@ -170,6 +233,11 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             ),
             lambda result: wire.registration_result_to_pb(result, trace_id),
             pb2.OptimizerRegisterInstanceResponse,
+            context,
+            lambda result: (
+                f"instance {request.instance_id!r} of group {request.instance_group!r} "
+                f"registered ({result.outcome})"
+            ),
         )
 
     def RemoveInstance(
@@ -185,6 +253,8 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             ),
             lambda _: pb2.OptimizerRemoveInstanceResponse(header=wire.ok_header(trace_id)),
             pb2.OptimizerRemoveInstanceResponse,
+            context,
+            lambda _: f"instance {request.instance_id!r} removed",
         )
 
     def GetInstance(
@@ -229,6 +299,8 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             ),
             lambda _: pb2.OptimizerResetStatsResponse(header=wire.ok_header(trace_id)),
             pb2.OptimizerResetStatsResponse,
+            context,
+            lambda _: f"statistics of instance {request.instance_id!r} reset",
         )
 
     def GetHitRateCurve(
@@ -263,7 +335,9 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
 
     # ---------------------------------------------------------------- queries
 
-    def _answer(self, method: str, request: pb2.TraceQueryRequest) -> dict[str, Any]:
+    def _answer(
+        self, method: str, request: pb2.TraceQueryRequest, peer: str = ""
+    ) -> dict[str, Any]:
         """Process one query; the response's constructor fields. O(keys + slots).
 
         A failed query's header carries its error; its status code tells the latency
@@ -278,7 +352,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
                 request.timestamp_ns,
             )
         except Exception as exc:  # every failure becomes a header status
-            code, message = self._classify(method, request, exc)
+            code, message = self._classify(method, request, exc, peer)
             return wire.trace_error_fields(request.trace_id, code, message)
         return wire.trace_result_fields(result, request.trace_id)
 
@@ -287,7 +361,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
     ) -> pb2.TraceQueryResponse:
         """Replay one request's block keys; hits per capacity slot and theoretical."""
         start = perf_counter()
-        fields = self._answer("TraceQuery", request)
+        fields = self._answer("TraceQuery", request, _peer(context))
         if self._metrics is not None:
             self._metrics.observe_query(
                 "TraceQuery", perf_counter() - start, _latency_id(request, fields)
@@ -295,7 +369,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         return pb2.TraceQueryResponse(**fields)
 
     def answer_batch(
-        self, batch: pb2.TraceQueryBatchRequest, method: str = "TraceQueryStream"
+        self, batch: pb2.TraceQueryBatchRequest, method: str = "TraceQueryStream", peer: str = ""
     ) -> pb2.TraceQueryBatchResponse:
         """Apply one batch: one result per query, in order, each with its own header.
 
@@ -311,7 +385,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         queries = batch.queries
         for query in queries:
             start = perf_counter()
-            append(answer(method, query))
+            append(answer(method, query, peer))
             record(perf_counter() - start)
         if self._metrics is not None:
             self._metrics.observe_queries(
@@ -329,10 +403,13 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         same answers to an in-process or grpc_testing caller.
         """
         for batch in request_iterator:
-            yield self.answer_batch(batch)
+            yield self.answer_batch(batch, peer=_peer(context))
 
     def answer_packed(
-        self, request: pb2.TraceQueryPackedRequest, method: str = "TraceQueryPackedStream"
+        self,
+        request: pb2.TraceQueryPackedRequest,
+        method: str = "TraceQueryPackedStream",
+        peer: str = "",
     ) -> pb2.TraceQueryPackedResponse:
         """Apply one packed batch of one instance, whole or not at all (see
         :meth:`~litehit_service.manager.OnlineOptimizerManager.trace_query_packed`); a
@@ -344,7 +421,7 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             response = wire.packed_result_to_pb(result, request.trace_id)
             known = request.instance_id
         except Exception as exc:  # every failure becomes a header status
-            code, message = self._classify(method, request, exc)
+            code, message = self._classify(method, request, exc, peer)
             response = wire.packed_error_to_pb(request.trace_id, code, message)
             known = "" if code == _INSTANCE_NOT_EXIST else request.instance_id
         if self._metrics is not None:
@@ -359,7 +436,21 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
         """One packed answer per packed batch, in order (see :meth:`answer_packed`; the
         server's transport calls that itself)."""
         for request in request_iterator:
-            yield self.answer_packed(request)
+            yield self.answer_packed(request, peer=_peer(context))
+
+
+def _peer(context: Any) -> str:
+    """The caller's address (``ipv4:10.0.0.7:53412``), or "" without one (no context, or
+    a test double's that does not know it)."""
+    try:
+        return context.peer() if context is not None else ""
+    except NotImplementedError:
+        return ""
+
+
+def _group_text(group: pb2.OptimizerInstanceGroupProto) -> str:
+    capacities = ", ".join(f"{c:g}" for c in group.capacity_gb)
+    return f"{group.name!r}, capacity_gb [{capacities}], ttl_seconds {group.ttl_seconds}"
 
 
 def _latency_id(request: pb2.TraceQueryRequest, fields: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ from google.protobuf.message import DecodeError
 
 from litehit_service import messages as pb2
 from litehit_service.access import Access, TokenCheck, method_access
+from litehit_service.log_limits import LogLimiter
 from litehit_service.servicer import OptimizerServicer
 from litehit_service.stats import TransportStats
 
@@ -155,6 +156,9 @@ class Transport:
         self.stats = TransportStats()
         self._draining: asyncio.Event | None = None  # created on the loop
         self._next_stream = 0
+        self.log_limits = LogLimiter(log)
+        """Refused tokens, undecodable messages and cancelled streams are logged through it
+        (the first per kind and peer in full, repeats summarised)."""
 
     # ------------------------------------------------------------------ handlers
 
@@ -188,8 +192,11 @@ class Transport:
         return self._draining is not None and self._draining.is_set()
 
     def start_drain(self) -> None:
-        """Begin the drain (loop thread): streams end after their current batch."""
+        """Begin the drain (loop thread): streams end after their current batch. The
+        summaries of repeated log events still counted are written now."""
         self._draining_event().set()
+        self.log_limits.flush(everything=True)
+        self._servicer.log_limits.flush(everything=True)
 
     async def _authorize(self, method: str, access: Access, context: Any) -> None:
         if self._tokens.allowed(access, context.invocation_metadata()):
@@ -197,10 +204,16 @@ class Transport:
         stats = self.stats.unauthenticated
         stats[method] = stats.get(method, 0) + 1
         needed = "admin" if access is Access.ADMIN else "query (or admin)"
-        log.info(
-            "%s refused: missing or wrong authorization token",
+        peer = context.peer()
+        self.log_limits.log(
+            logging.WARNING,
+            "refused: missing or wrong authorization token",
+            "",
+            peer,
+            "%s from %s refused: missing or wrong authorization token",
             method,
-            extra={"method": method, "code": "UNAUTHENTICATED", "peer": context.peer()},
+            peer,
+            extra={"method": method, "code": "UNAUTHENTICATED", "peer": peer},
         )
         await context.abort(
             grpc.StatusCode.UNAUTHENTICATED,
@@ -214,12 +227,17 @@ class Transport:
             stats = self.stats.undecodable
             stats[method] = stats.get(method, 0) + 1
             where = f"message {n} of the stream" if n else "the request"
-            log.info(
+            peer = context.peer()
+            self.log_limits.log(
+                logging.INFO,
+                f"{method} undecodable",
+                "",
+                peer,
                 "%s: %s could not be decoded (%s); the call is ended",
                 method,
                 where,
                 exc,
-                extra={"method": method, "code": "INVALID_ARGUMENT", "peer": context.peer()},
+                extra={"method": method, "code": "INVALID_ARGUMENT", "peer": peer},
             )
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -240,8 +258,10 @@ class Transport:
             if servicer_method is None:
                 await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented")
 
+            caller = Caller(context.peer())
+
             def work() -> bytes:
-                return servicer_method(request, None).SerializeToString()
+                return servicer_method(request, caller).SerializeToString()
 
             self.unary_in_flight += 1
             try:
@@ -279,6 +299,9 @@ class Transport:
                     method, request_type, requests, context, record
                 ):
                     yield response
+            except (asyncio.CancelledError, GeneratorExit):
+                self._log_cancelled(method, record)
+                raise
             finally:
                 del self.streams[key]
 
@@ -297,6 +320,7 @@ class Transport:
         reader = requests.__aiter__()
         draining = self._draining_event()
         drain_wait = asyncio.ensure_future(draining.wait())
+        read: asyncio.Future[bytes] | None = None
         try:
             n = 0
             while True:
@@ -328,7 +352,7 @@ class Transport:
                 ids = kind.instance_ids(batch)
 
                 def work(batch: Any = batch) -> bytes:
-                    return answer(batch, method).SerializeToString()
+                    return answer(batch, method, record.peer).SerializeToString()
 
                 response = await self.gates.run(ids, lambda work=work: self.in_executor(work))
                 queries = kind.queries(batch)
@@ -341,6 +365,27 @@ class Transport:
                 record.state = "reading"
         finally:
             drain_wait.cancel()
+            if read is not None:
+                _settle(read)
+
+    def _log_cancelled(self, method: str, record: StreamRecord) -> None:
+        """A stream the client cancelled (or the server's stop cut off): normal life, one
+        INFO line per peer and interval (repeats summarised)."""
+        self.log_limits.log(
+            logging.INFO,
+            f"{method} cancelled",
+            "",
+            record.peer,
+            "%s from %s cancelled while %s: %d batches "
+            "(%d queries) answered, %d queries applied without a delivered answer",
+            method,
+            record.peer,
+            record.state,
+            record.batches,
+            record.queries,
+            record.unanswered,
+            extra={"method": method, "code": "CANCELLED", "peer": record.peer},
+        )
 
     def abandoned(self) -> list[str]:
         """One line per stream still open (for the drain's log)."""
@@ -349,6 +394,30 @@ class Transport:
             f"answered, {r.unanswered} queries applied without a delivered answer"
             for r in self.streams.values()
         ]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The servicer's view of a unary call's context: only who called (``peer()``)."""
+
+    address: str
+
+    def peer(self) -> str:
+        return self.address
+
+
+def _settle(read: asyncio.Future[Any]) -> None:
+    """Let go of a read the stream no longer awaits (it was cancelled or ended while the
+    read was pending): cancel it and retrieve its outcome when it settles, so a client that
+    cancels mid-stream (the read then ends with StopAsyncIteration) is not reported by
+    asyncio as "Task exception was never retrieved"."""
+    read.cancel()
+    read.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _message_class(name: str) -> Any:
