@@ -3,8 +3,9 @@
 Per-instance series are computed at scrape time from the manager's live states (each
 state's lock is held only while its counters are copied), so a removed instance's series
 disappear and ResetStats restarts them from zero. Request latency and error counts are
-ordinary instruments fed by the servicer. Everything lives on a private
-:class:`~prometheus_client.CollectorRegistry`, never the process-global one.
+ordinary instruments fed by the servicer. The standard ``process_*``, ``python_gc_*`` and
+``python_info`` families are exported as client_python does by default. Everything lives
+on a private :class:`~prometheus_client.CollectorRegistry`, never the process-global one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from collections.abc import Iterator, Sequence
 from wsgiref.simple_server import WSGIServer
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client import start_http_server as _start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -165,7 +173,9 @@ def _families() -> list[Metric]:
         ),
         GaugeMetricFamily(
             "litehit_memory_bytes",
-            "Estimated memory of the instance simulator (bytes).",
+            "Tracked engine state of the instance (bytes, estimated: its key tables, "
+            "recency lists and live curve), not the process; the process's resident "
+            "memory is process_resident_memory_bytes.",
             labels=_LABELS,
         ),
         GaugeMetricFamily(
@@ -468,7 +478,10 @@ class ServiceCollector(Collector):
 class ServiceMetrics:
     """Every metric of one service, on ``registry`` (None: a fresh private registry);
     ``curve_grid_points`` capacities per instance in ``litehit_curve_hit_tokens_total``
-    (0 = none; at most :data:`MAX_CURVE_GRID_POINTS`)."""
+    (0 = none; at most :data:`MAX_CURVE_GRID_POINTS`). The registry also gets
+    client_python's default process (``process_*``: resident memory, CPU, open fds, start
+    time; Linux), garbage collector (``python_gc_*``) and platform (``python_info``)
+    collectors, unless it already holds them (the global registry does)."""
 
     def __init__(
         self,
@@ -485,10 +498,16 @@ class ServiceMetrics:
         self.registry.register(self._latency)
         self._errors = Counter(
             "litehit_errors",
-            "Requests answered with an error status, by RPC method and ErrorCode name.",
+            "Requests answered with an error status, by RPC method and ErrorCode name "
+            "(kept across restarts in the data dir, like every other counter).",
             ["method", "code"],
             registry=self.registry,
         )
+        for standard in (ProcessCollector, GCCollector, PlatformCollector):
+            try:
+                standard(registry=self.registry)
+            except ValueError:  # already there (the global registry holds them)
+                pass
 
     def attach_transport(self, transport: StreamSource) -> None:
         """Report the transport's streams and refusals from now on."""
@@ -518,6 +537,22 @@ class ServiceMetrics:
     def count_error(self, method: str, code: str) -> None:
         """Count one error answer of ``method`` with ErrorCode name ``code``. O(1)."""
         self._errors.labels(method, code).inc()
+
+    def error_counts(self) -> dict[tuple[str, str], float]:
+        """``litehit_errors_total`` now: (method, code) -> count. O(series)."""
+        return {
+            (s.labels["method"], s.labels["code"]): s.value
+            for family in self._errors.collect()
+            for s in family.samples
+            if s.name.endswith("_total")
+        }
+
+    def restore_error_counts(self, counts: dict[tuple[str, str], float]) -> None:
+        """Add ``counts`` ((method, code) -> count, saved by an earlier process) to
+        ``litehit_errors_total``. O(series)."""
+        for (method, code), value in counts.items():
+            if value > 0:
+                self._errors.labels(method, code).inc(value)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric (computed now)."""

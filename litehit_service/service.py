@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,6 +29,14 @@ from litehit_service.manager import ManagerLimits, OnlineOptimizerManager, valid
 from litehit_service.metrics import DEFAULT_CURVE_GRID_POINTS, ServiceMetrics
 from litehit_service.model import InstanceGroup, InstanceRegistration
 from litehit_service.policy import QueryPolicy
+from litehit_service.recovery import (
+    load_counters,
+    read_clean_stop,
+    restore_message,
+    save_counters,
+    take_clean_stop,
+    write_clean_stop,
+)
 from litehit_service.registry import Registry
 from litehit_service.server import LiteHitServer, ServerOptions
 from litehit_service.snapshots import SnapshotStore
@@ -210,15 +218,21 @@ class Snapshotter:
 
     Each instance is captured under its query gate on the server (its queries wait for the
     capture, no other instance's do) and written outside it; a failure is logged and
-    counted, and the next round tries again. ``interval`` 0 disables the thread.
+    counted, and the next round tries again. ``after_round`` (if any) runs after each
+    complete round. ``interval`` 0 disables the thread.
     """
 
     def __init__(
-        self, manager: OnlineOptimizerManager, server: LiteHitServer, interval: float
+        self,
+        manager: OnlineOptimizerManager,
+        server: LiteHitServer,
+        interval: float,
+        after_round: Callable[[], object] | None = None,
     ) -> None:
         self._manager = manager
         self._server = server
         self._interval = interval
+        self._after_round = after_round
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -254,6 +268,8 @@ class Snapshotter:
                 return
             if capture is not None:
                 self._manager.write_state(capture)
+        if self._after_round is not None:
+            self._after_round()
 
     def stop(self) -> None:
         """Stop the thread after its current instance. Idempotent."""
@@ -273,8 +289,10 @@ def serve(
 
     Start-up: lock ``<data_dir>``, open the registry ``<data_dir>/litehit.sqlite3``,
     restore groups and instances, restore each instance's ``state/`` snapshot (a corrupt,
-    truncated or foreign one: that instance starts fresh, logged at ERROR and counted),
-    apply ``groups_file``, start ``/metrics`` and the gRPC server, then print one line
+    truncated or foreign one: that instance starts fresh, logged at ERROR and counted) and
+    ``litehit_errors_total`` (``counters.json``), log one line about that restore and
+    whether the previous stop was clean (:mod:`~litehit_service.recovery`), apply
+    ``groups_file``, start ``/metrics`` and the gRPC server, then print one line
     ``litehit serving grpc=HOST:PORT metrics=HOST:PORT data_dir=DIR`` to ``out`` (stdout).
     Admin RPCs on a non-loopback ``listen`` need a token by default (:func:`admin_guard`).
     A start-up error raises and leaves the disk as it found it: the registry file, the lock
@@ -283,7 +301,8 @@ def serve(
 
     Stop (first signal): health NOT_SERVING, new calls UNAVAILABLE, every stream answers
     the batch it is applying and ends with UNAVAILABLE, everything gets ``grace_seconds``;
-    then every instance's snapshot is written. Returns 0 when all of that finished in time,
+    then every instance's snapshot and ``counters.json`` are written, then the clean-stop
+    marker (only when all of them were). Returns 0 when all of that finished in time,
     1 when calls had to be abandoned (logged). In the main thread a watchdog guarantees
     the process ends by ``grace_seconds + 5`` s (exit 1, logging what it abandoned), and a
     second signal exits at once (exit 1; the state since the last snapshot is lost).
@@ -311,6 +330,8 @@ def serve(
     # what a failed start removes again (under the lock), in creation order
     created = folders + ([lock.path] if lock.created else [])
     created += [p for p in (registry_path, data_dir / STATE_DIR) if not p.exists()]
+    previous_stop = read_clean_stop(data_dir)
+    marker_taken = False
     registry: Registry | None = None
     metrics_server = None
     server: LiteHitServer | None = None
@@ -337,14 +358,29 @@ def serve(
         )
         manager.restore()
         manager.restore_states()
+        level, restored = restore_message(
+            manager.state_stats.last_restore,
+            previous_stop,
+            config.snapshot_interval_seconds,
+            first_start=registry_path in created,
+        )
+        log.log(level, "%s", restored)
         if config.groups_file:
             groups, regs = load_groups_file(config.groups_file)
             for action in apply_groups(manager, groups, regs):
                 log.info("groups file: %s", action)
         metrics = ServiceMetrics(manager, curve_grid_points=config.curve_grid_points)
+        metrics.restore_error_counts(load_counters(data_dir))
+        take_clean_stop(data_dir)  # before any query: a crash from now on is unclean
+        marker_taken = previous_stop.clean
         server = LiteHitServer(manager, metrics, config.listen, options).start()
         metrics_server, bound_metrics = metrics.start_http_server(metrics_host, metrics_port)
-        snapshotter = Snapshotter(manager, server, config.snapshot_interval_seconds).start()
+        snapshotter = Snapshotter(
+            manager,
+            server,
+            config.snapshot_interval_seconds,
+            lambda: save_counters(data_dir, metrics.error_counts()),
+        ).start()
         started = True
         print(
             f"litehit serving grpc={format_address(grpc_host, server.port)} "
@@ -362,6 +398,10 @@ def serve(
             log.error("abandoned at the end of the grace period: %s", line)
         written = manager.save_all_states()
         log.info("wrote %d instance snapshots", written)
+        if save_counters(data_dir, metrics.error_counts()) and written == len(
+            manager.instance_ids()
+        ):
+            write_clean_stop(data_dir, written)
         if watchdog is not None:
             watchdog.cancel()
         code = 0 if report.clean else 1
@@ -381,6 +421,8 @@ def serve(
                 for suffix in ("-wal", "-shm", "-journal"):
                     Path(f"{registry_path}{suffix}").unlink(missing_ok=True)
             _remove_created(created)
+            if marker_taken:
+                previous_stop.put_back(data_dir)
         lock.release()
     print("litehit stopped", file=out, flush=True)
     return code

@@ -90,6 +90,23 @@ def write_snapshot(
     return size
 
 
+def write_file_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically: a temporary file in the same folder,
+    fsynced, renamed onto ``path``, then the folder fsynced. O(len(data))."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -180,6 +197,14 @@ class SnapshotStore:
                 f"{path}: holds instance {meta.get('instance_id')!r}, not {instance_id!r}"
             )
         return meta, arrays
+
+    def written_unix(self, instance_id: str) -> float | None:
+        """When ``instance_id``'s snapshot was written (its modification time, Unix
+        seconds), None when there is none."""
+        try:
+            return self.path(instance_id).stat().st_mtime
+        except OSError:
+            return None
 
     def remove(self, instance_id: str) -> None:
         """Delete ``instance_id``'s snapshot (no error if there is none)."""

@@ -61,6 +61,8 @@ EXPECTED_DASHBOARD_METRICS = {
     "litehit_trace_query_duration_seconds",
     "litehit_unique_blocks",
     "litehit_memory_bytes",
+    "process_resident_memory_bytes",
+    "litehit_instances",
     "litehit_kv_cache_usage_bytes",
     "litehit_ttl_expired_blocks_total",
     "litehit_curve_hit_tokens_total",
@@ -77,13 +79,14 @@ EXPECTED_PANEL_UNITS = {
     "Errors/s by code": "reqps",
     "TraceQuery latency p50 / p99": "s",
     "Unique blocks": "short",
-    "Memory bytes": "bytes",
+    "Memory: process RSS and engine state": "bytes",
     "KV cache usage bytes": "bytes",
     "TTL-expired blocks/s": "cps",
 }
 
 # Metrics without instance labels (direct instruments of the servicer).
-UNSCOPED_METRICS = {"litehit_errors_total"}  # errors are per method and code only
+# errors are per method and code only; litehit_instances selects the LiteHit processes
+UNSCOPED_METRICS = {"litehit_errors_total", "litehit_instances"}
 INSTANCE_FILTER = ('instance_group=~"$instance_group"', 'instance_id=~"$instance_id"')
 
 
@@ -475,7 +478,7 @@ def test_dashboard_reads_through_the_datasource_variable(dashboard: dict[str, An
     for panel in _panels(dashboard):
         refs.append(panel["datasource"])
         refs.extend(t["datasource"] for t in panel["targets"])
-    assert len(refs) == 2 + 11 + 14
+    assert len(refs) == 2 + 11 + 15
     assert all(ref == {"type": "prometheus", "uid": "${datasource}"} for ref in refs)
     # the provisioned uid appears only as the variable's default, never hard-coded
     uid = _yaml(DATASOURCE_FILE)["datasources"][0]["uid"]
@@ -569,7 +572,24 @@ def test_dashboard_instance_metrics_follow_the_template_variables(
                 assert not matchers, expr
             else:
                 assert all(f in matchers for f in INSTANCE_FILTER), expr
-    assert seen == 19
+    assert seen == 20
+
+
+def test_dashboard_memory_panel_shows_process_rss_beside_the_engine_state(
+    dashboard: dict[str, Any],
+) -> None:
+    """litehit_memory_bytes is the tracked engine state, not the process: the panel says
+    so and plots the process's resident memory (of LiteHit's targets only) beside it."""
+    panel = _panel(dashboard, "Memory: process RSS and engine state")
+    legends = {t["refId"]: (t["expr"], t["legendFormat"]) for t in panel["targets"]}
+    assert legends["A"][1] == "engine state {{instance_id}}"
+    assert promql_metric_names(legends["A"][0]) == {"litehit_memory_bytes"}
+    assert legends["B"] == (
+        "process_resident_memory_bytes and on (job, instance) litehit_instances",
+        "process RSS {{instance}}",
+    )
+    assert "engine state only" in panel["description"]
+    assert "process_resident_memory_bytes" in panel["description"]
 
 
 def test_dashboard_metric_names_are_exactly_the_exported_ones() -> None:
@@ -582,7 +602,7 @@ def test_every_dashboard_expression_is_valid_promql(
 ) -> None:
     promtool = require_binary("promtool")  # Debian's prometheus package (.ci/run)
     exprs = dashboard_names.dashboard_expressions(dashboard)
-    assert len(exprs) == 16
+    assert len(exprs) == 17
     rules = [
         {
             "record": f"dashboard:expr_{i}",
@@ -599,7 +619,7 @@ def test_every_dashboard_expression_is_valid_promql(
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 17 rules found" in result.stdout
 
 
 # --- the name-extraction helpers themselves --------------------------------------------

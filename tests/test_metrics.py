@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import urllib.request
 
 import pytest
@@ -135,7 +136,7 @@ def test_family_types() -> None:
     types = {
         f.name: f.type
         for f in text_string_to_metric_families(text)
-        if not f.name.endswith("_created")
+        if not f.name.endswith("_created") and f.name.startswith("litehit_")
     }
     assert types == {
         "litehit_trace_queries": "counter",
@@ -285,6 +286,60 @@ def test_latency_histogram_and_error_counter() -> None:
             (("code", "INSTANCE_NOT_EXIST"), ("method", "RegisterInstance")),
         ): 1,
     }
+
+
+def test_standard_process_and_gc_families_are_exported() -> None:
+    """client_python's defaults, on the service's own registry: process_* (Linux),
+    python_gc_* and python_info."""
+    _, metrics = setup()
+    types = {f.name: f.type for f in text_string_to_metric_families(metrics.render().decode())}
+    assert types["python_gc_objects_collected"] == "counter"
+    assert types["python_info"] == "gauge"
+    if sys.platform.startswith("linux"):
+        for name in ("process_resident_memory_bytes", "process_open_fds"):
+            assert types[name] == "gauge"
+        assert types["process_start_time_seconds"] == "gauge"
+        assert types["process_cpu_seconds"] == "counter"
+
+
+def test_a_registry_that_holds_the_standard_collectors_gets_them_once() -> None:
+    """Like the process-global registry (auto_describe, so duplicates are refused):
+    ServiceMetrics does not register them again."""
+    from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+
+    manager, _ = setup()
+    registry = CollectorRegistry(auto_describe=True)
+    for standard in (ProcessCollector, GCCollector, PlatformCollector):
+        standard(registry=registry)
+    metrics = ServiceMetrics(manager, registry=registry)
+    assert metrics.render().count(b"# TYPE python_gc_objects_collected_total counter") == 1
+
+
+def test_memory_help_names_engine_state_not_the_process() -> None:
+    _, metrics = setup()
+    (family,) = [
+        f
+        for f in text_string_to_metric_families(metrics.render().decode())
+        if f.name == "litehit_memory_bytes"
+    ]
+    assert "engine state" in family.documentation
+    assert "process_resident_memory_bytes" in family.documentation
+
+
+def test_error_counts_round_trip() -> None:
+    manager, first = setup()
+    first.count_error("TraceQuery", "INVALID_ARGUMENT")
+    first.count_error("TraceQuery", "INVALID_ARGUMENT")
+    first.count_error("RegisterInstance", "INSTANCE_NOT_EXIST")
+    counts = first.error_counts()
+    assert counts == {
+        ("TraceQuery", "INVALID_ARGUMENT"): 2,
+        ("RegisterInstance", "INSTANCE_NOT_EXIST"): 1,
+    }
+    second = ServiceMetrics(manager)
+    second.restore_error_counts(counts)
+    second.count_error("TraceQuery", "INVALID_ARGUMENT")
+    assert second.error_counts()[("TraceQuery", "INVALID_ARGUMENT")] == 3
 
 
 def test_default_registry_is_private() -> None:

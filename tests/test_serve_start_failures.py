@@ -101,7 +101,8 @@ def test_a_failed_start_keeps_what_was_there(tmp_path: Path, taken_port: int) ->
     server = ServeProcess("--data-dir", str(used), "--groups", str(groups))
     assert server.terminate() == 0
     files, rows = tree(used), dump(used / "litehit.sqlite3")
-    assert files == ["litehit.lock", "litehit.sqlite3"] and "'g'" in "".join(rows)
+    assert files == ["clean-stop.json", "counters.json", "litehit.lock", "litehit.sqlite3"]
+    assert "'g'" in "".join(rows)
     result = litehit_serve(used, "--metrics-listen", f"127.0.0.1:{taken_port}")
     assert result.returncode == 1
     assert (tree(used), dump(used / "litehit.sqlite3")) == (files, rows)

@@ -26,6 +26,7 @@ from litehit_service.snapshots import SnapshotError, SnapshotStore
 
 __all__ = [
     "STATE_FORMAT",
+    "RestoreSummary",
     "StateCapture",
     "StateMismatch",
     "StateStats",
@@ -54,12 +55,28 @@ class StateCapture:
     arrays: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreSummary:
+    """What one :func:`restore_states` did: ``instances`` registered, ``restored`` from their
+    snapshot, the others started fresh (``fresh``: reason -> count; ``no snapshot``,
+    ``corrupt``, ``mismatch``); ``oldest_unix``/``newest_unix`` the write times (file
+    modification times) of the restored snapshots, None when none was restored."""
+
+    instances: int = 0
+    restored: int = 0
+    fresh: dict[str, int] = field(default_factory=dict)
+    oldest_unix: float | None = None
+    newest_unix: float | None = None
+
+
 @dataclass
 class StateStats:
-    """Durable-state figures for the metrics (cumulative since the process started)."""
+    """Durable-state figures for the metrics (cumulative since the process started) and
+    the summary of the start-up restore (``last_restore``, None before one ran)."""
 
     failures: dict[str, int] = field(default_factory=dict)
     restored: int = 0
+    last_restore: RestoreSummary | None = None
     writes: int = 0
     last_write_seconds: float = 0.0
     last_write_bytes: int = 0
@@ -200,16 +217,20 @@ def restore_states(
     and counted in ``stats`` by reason); the others still restore. Snapshots of unknown
     instances and temporaries of a killed writer are removed. O(total snapshot size)."""
     restored = 0
+    fresh: dict[str, int] = {}
+    written: list[float] = []
     for path in store.remove_unknown(set(instances)):
         log.info("removed stale snapshot file %s", path)
     for instance_id, state in sorted(instances.items()):
         try:
             found = store.read(instance_id)
             if found is None:
+                fresh["no snapshot"] = fresh.get("no snapshot", 0) + 1
                 continue
             restore_state(state, *found)
         except SnapshotError as exc:
             stats.count("corrupt")
+            fresh["corrupt"] = fresh.get("corrupt", 0) + 1
             log.error(
                 "snapshot of instance %r is unusable, starting it fresh: %s",
                 instance_id,
@@ -219,6 +240,7 @@ def restore_states(
             continue
         except StateMismatch as exc:
             stats.count("mismatch")
+            fresh["mismatch"] = fresh.get("mismatch", 0) + 1
             log.error(
                 "snapshot of instance %r does not match its registration, starting it fresh: %s",
                 instance_id,
@@ -227,5 +249,15 @@ def restore_states(
             )
             continue
         restored += 1
+        when = store.written_unix(instance_id)
+        if when is not None:
+            written.append(when)
     stats.restored = restored
+    stats.last_restore = RestoreSummary(
+        len(instances),
+        restored,
+        fresh,
+        min(written) if written else None,
+        max(written) if written else None,
+    )
     return restored
