@@ -153,13 +153,17 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
     def CreateInstanceGroup(
         self, request: pb2.CreateInstanceGroupRequest, context: grpc.ServicerContext
     ) -> pb2.CommonResponse:
-        """Create a group; DUPLICATE_ENTITY when the name exists."""
+        """Create a group (an identical one again: OK, logged as unchanged);
+        DUPLICATE_ENTITY when the name holds a different group."""
         return self._common(
             "CreateInstanceGroup",
             request,
             lambda: self._manager.create_group(wire.group_from_pb(request.instance_group)),
             context,
-            lambda _: f"instance group created: {_group_text(request.instance_group)}",
+            lambda created: (
+                f"instance group {'created' if created else 'unchanged'}: "
+                f"{_group_text(request.instance_group)}"
+            ),
         )
 
     def UpdateInstanceGroup(

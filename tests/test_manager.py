@@ -204,13 +204,19 @@ def test_create_identical_group_is_idempotent() -> None:
     m = new_manager()
     m.trace_query("i1", [1, 2], 8)
     before = snapshot(m)
-    m.create_group(make_group("g", capacity_gb=(SLOT2, SLOT3)))
-    m.create_group(make_group("g"))
+    assert m.create_group(make_group("g", capacity_gb=(SLOT2, SLOT3))) is False
+    assert m.create_group(make_group("g")) is False
     assert snapshot(m) == before
     assert m.list_instances()[0].total_queries == 1
     with pytest.raises(DuplicateEntity, match="instance group 'g' already exists"):
         m.create_group(make_group("g", enable_theoretical_max_cache=False))
     assert snapshot(m) == before
+
+
+def test_create_group_says_whether_it_created() -> None:
+    m = OnlineOptimizerManager()
+    assert m.create_group(make_group("g")) is True
+    assert m.create_group(make_group("g")) is False
 
 
 def test_create_duplicate_group() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 import grpc_testing
 import pytest
@@ -187,6 +189,19 @@ def test_create_get_list_groups(h: Harness):
     listed = h.call("ListInstanceGroups", pb2.ListInstanceGroupsRequest(trace_id="t3"))
     assert listed.header.status.code == pb2.OK
     assert [g.name for g in listed.instance_groups] == ["a", "b"]
+
+
+def test_an_identical_create_is_logged_as_unchanged(h: Harness, caplog):
+    """The admin log line of CreateInstanceGroup says what happened: created the first
+    time, unchanged for an identical group again (capacities in any order)."""
+    caplog.set_level(logging.INFO, logger="litehit_service.servicer")
+    first = h.create_group(name="g", eviction_policy=LRU, capacity_gb=[2.0, 1.0])
+    again = h.create_group(name="g", eviction_policy=LRU, capacity_gb=[1.0, 2.0])
+    assert first.header.status.code == again.header.status.code == pb2.OK
+    lines = [r.getMessage() for r in caplog.records if r.name == "litehit_service.servicer"]
+    assert len(lines) == 2, lines
+    assert "instance group created: 'g'" in lines[0]
+    assert "instance group unchanged: 'g'" in lines[1]
 
 
 def test_create_group_errors(h: Harness):

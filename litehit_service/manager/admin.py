@@ -141,8 +141,9 @@ class OnlineOptimizerManager:
 
     # ------------------------------------------------------------------- groups
 
-    def create_group(self, group: InstanceGroup) -> None:
-        """Validate and add a new group; idempotent for an identical group.
+    def create_group(self, group: InstanceGroup) -> bool:
+        """Validate and add a new group; idempotent for an identical group. True when the
+        group was created, False when an identical one already existed.
 
         Creating a group that exists with an identical definition (compared after
         validation, so capacity order does not matter: what a restarting gateway does) is a
@@ -153,11 +154,12 @@ class OnlineOptimizerManager:
         with self._admin:
             existing = self._groups.get(g.name)
             if existing == g:
-                return
+                return False
             if existing is not None:
                 raise DuplicateEntity(f"instance group {g.name!r} already exists")
             self._save(lambda r: r.save_group(g))
             self._groups[g.name] = g
+            return True
 
     def update_group(self, group: InstanceGroup) -> None:
         """Replace an existing group that has no registered instances."""
