@@ -125,7 +125,8 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """``HybridLRU`` on first use: its module compiles numba kernels, which only hybrid and
-    head-first replays need (importing numba costs ~0.15 s of every command's start)."""
+    head-first replays need (importing numba cost 0.14 s of every command's start:
+    bench/README.md, issue 14, 2026-12-03, 2 cores)."""
     if name == "HybridLRU":
         from litehit_core.hybrid import HybridLRU
 

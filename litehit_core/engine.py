@@ -277,9 +277,10 @@ AUTO_COMPACT_BYTES = 16 * 1024 * 1024
 
 def auto_lru_engine(trace_bytes: int) -> str:
     """The full-attention implementation ``auto`` picks for a trace of ``trace_bytes``:
-    the compact engine from :data:`AUTO_COMPACT_BYTES` on (its ~0.3 s numba start-up pays
-    back: the two tie near 12 MB of Mooncake trace, and its cost per request stays flat as
-    blocks grow), the pure-Python one below (no numba import). O(1)."""
+    the compact engine from :data:`AUTO_COMPACT_BYTES` on (its numba start-up pays back:
+    the two tied near 4× the Mooncake trace in ``bench/bench_scale.py``, bench/README.md
+    issue 14, 2026-12-03, 2 cores; its cost per request stays flat as blocks grow), the
+    pure-Python one below (no numba import). O(1)."""
     return "compact" if trace_bytes >= AUTO_COMPACT_BYTES else "python"
 
 

@@ -7,8 +7,9 @@ limits, drain) is :mod:`litehit_service.transport`.
 
 Why ``grpc.aio`` (measured, see bench/README.md): with 1,000 idle TraceQueryStream calls
 open, a synchronous server needs a thread per stream (1,009 threads) to keep answering,
-while one event loop holds them with 9 threads; streamed throughput was 54k–64k queries/s on
-aio against 46k–50k on a 1,056-thread pool, with the same unary and health latency.
+while one event loop holds them with 9 threads; streamed throughput was 54.8k–63.6k queries/s
+on aio against 44.5k–50.3k on a 1,056-thread pool, with the same unary and health latency
+(2026-12-03, 2 cores, issue 10).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from grpc_reflection.v1alpha import reflection
 from litehit_service import messages as pb2
 from litehit_service.access import TokenCheck
 from litehit_service.addresses import format_address, parse_address
+from litehit_service.log_limits import DEFAULT_INTERVAL_SECONDS, LogLimiter
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.metrics import ServiceMetrics
 from litehit_service.servicer import OptimizerServicer
+from litehit_service.servicer import log as servicer_log
 from litehit_service.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,9 @@ DEFAULT_STREAM_IDLE_SECONDS = 600.0
 DEFAULT_WORKER_THREADS = 8
 LINGER_SECONDS = 0.3
 """After the drain, connections stay open this long so final statuses are delivered."""
+LOG_FLUSH_SECONDS = 1.0
+"""How often the server writes the due summaries of repeated log events (at most this
+long after their interval ended, whether or not another event comes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +66,9 @@ class ServerOptions:
     ``stream_idle_seconds`` before a
     silent stream is ended; ``admin_token`` / ``query_token`` guard admin and query RPCs
     (:mod:`litehit_service.access`); ``tls_cert`` / ``tls_key`` (PEM files, both or
-    neither) enable TLS; ``worker_threads`` run the servicer's work.
+    neither) enable TLS; ``worker_threads`` run the servicer's work;
+    ``log_summary_seconds`` is the interval over which repeated log events (rejected
+    queries, refused tokens) are summarised (:mod:`litehit_service.log_limits`).
     """
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -71,6 +79,7 @@ class ServerOptions:
     tls_cert: str | os.PathLike[str] | None = None
     tls_key: str | os.PathLike[str] | None = None
     worker_threads: int = DEFAULT_WORKER_THREADS
+    log_summary_seconds: float = DEFAULT_INTERVAL_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("max_message_bytes", "max_streams", "worker_threads"):
@@ -78,6 +87,8 @@ class ServerOptions:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not self.stream_idle_seconds > 0:
             raise ValueError(f"stream_idle_seconds must be > 0, got {self.stream_idle_seconds}")
+        if not self.log_summary_seconds > 0:
+            raise ValueError(f"log_summary_seconds must be > 0, got {self.log_summary_seconds}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError(
                 "TLS needs both a certificate and a key, got "
@@ -118,13 +129,17 @@ class LiteHitServer:
         self.executor = ThreadPoolExecutor(
             max_workers=self.options.worker_threads, thread_name_prefix="litehit-work"
         )
+        interval = self.options.log_summary_seconds
         self.transport = Transport(
-            OptimizerServicer(manager, metrics),
+            OptimizerServicer(
+                manager, metrics, log_limits=LogLimiter(servicer_log, interval=interval)
+            ),
             self.executor,
             manager.has_instance,
             tokens=TokenCheck(self.options.admin_token, self.options.query_token),
             max_streams=self.options.max_streams,
             stream_idle_seconds=self.options.stream_idle_seconds,
+            log_interval=interval,
         )
         if metrics is not None:
             metrics.attach_transport(self.transport)
@@ -132,6 +147,7 @@ class LiteHitServer:
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
         self._health: Any = None
+        self._flusher: asyncio.TimerHandle | None = None
 
     # -------------------------------------------------------------- the loop
 
@@ -211,7 +227,17 @@ class LiteHitServer:
             raise OSError(f"cannot listen on {address}")
         await server.start()
         self._server = server
+        self._schedule_log_flush()
         return bound
+
+    def _schedule_log_flush(self) -> None:
+        """Every :data:`LOG_FLUSH_SECONDS` (on the loop): the due log summaries."""
+
+        def flush() -> None:
+            self.transport.flush_logs()
+            self._schedule_log_flush()
+
+        self._flusher = asyncio.get_running_loop().call_later(LOG_FLUSH_SECONDS, flush)
 
     # -------------------------------------------------------------- stopping
 
@@ -258,6 +284,9 @@ class LiteHitServer:
         loop, self._loop = self._loop, None
         if loop is None:
             return
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            loop.call_soon_threadsafe(flusher.cancel)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=10)

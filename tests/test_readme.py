@@ -180,3 +180,128 @@ def test_live_curve_walkthrough_runs_from_a_fresh_folder(tmp_path, serve, moonca
     assert shown[:3] == printed[:3]
     assert set(shown[4:]) <= set(printed), set(shown[4:]) - set(printed)
     assert (tmp_path / "live.png").stat().st_size > 0 and (tmp_path / "live.csv").is_file()
+
+
+# ---------------------------------------------------------------- the README's figures
+
+# A measured (machine-dependent) figure: a number followed by one of these units. The
+# README's Development section states the rule this enforces: every such figure outside
+# code blocks sits in a paragraph, list item or table row naming the benchmark script
+# that reruns it and the date it ran.
+MEASURED = re.compile(
+    r"\d[\d.,]*(?:[–-]\d[\d.,]*)?\s?(?:k\s)?"
+    r"(?:requests/s|queries/s|q/s|blocks/s|µs|ms\b|MB\b|bytes per|B per|×)"
+)
+BENCH_SCRIPT = re.compile(r"bench/(bench_\w+\.py)")
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _prose_units(text: str) -> list[str]:
+    """Paragraphs, list items and table rows outside fenced code blocks."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    units: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines():
+        if current and (line.startswith(("|", "- ", "* ")) or not line.strip()):
+            units.append("\n".join(current))
+            current = []
+        if line.startswith("|"):
+            units.append(line)
+        elif line.strip():
+            current.append(line)
+    if current:
+        units.append("\n".join(current))
+    return units
+
+
+def unsourced_figures(text: str) -> list[tuple[list[str], str]]:
+    """(figures, unit) for each unit holding a measured figure without both an existing
+    ``bench/<script>.py`` and a ``YYYY-MM-DD`` date."""
+    bad = []
+    for unit in _prose_units(text):
+        figures = MEASURED.findall(unit)
+        if not figures:
+            continue
+        scripts = [s for s in BENCH_SCRIPT.findall(unit) if (ROOT / "bench" / s).is_file()]
+        if not scripts or not DATE.search(unit):
+            bad.append((figures, unit))
+    return bad
+
+
+def test_figure_rule_catches_an_untagged_figure():
+    """The walker is not vacuous: the intro's old claim, bare, is caught; tagged with a
+    script that exists and a date, it passes; a made-up script does not count."""
+    old = "fast (≈180k requests/s on one core, pure Python), and comes as:"
+    assert unsourced_figures(old) == [(["180k requests/s"], old)]
+    assert unsourced_figures(old + " `bench/bench_core.py`, 2026-12-04") == []
+    assert unsourced_figures(old + " `bench/bench_nothing.py`, 2026-12-04")
+    table = (
+        "| a | b |\n|---|---|\n"
+        "| core | 57.1 ms | `bench/bench_core.py` | 2026-12-03 |\n"
+        "| x | 2.5× |"
+    )
+    assert [f for f, _ in unsourced_figures(table)] == [["2.5×"]]
+    assert unsourced_figures("```text\nreplay: 0.763 s, 15,773 requests/s\n```") == []
+
+
+def test_every_measured_figure_names_its_benchmark_and_date():
+    assert "Figures in this README" in README[README.index("## Development") :]
+    assert MEASURED.search(README[README.index("## Performance") :])  # the walk sees some
+    bad = unsourced_figures(README)
+    assert not bad, "\n\n".join(f"{figures}: {unit}" for figures, unit in bad)
+
+
+def test_offline_walkthrough_prints_the_documented_hit_rates(tmp_path, mooncake):
+    """The offline section's four commands as written, in a folder holding only the
+    Mooncake conversation trace: each succeeds, and the lines the README shows are among
+    what ``replay`` and ``curve`` print."""
+    from conftest import run_cli
+
+    section = README[README.index("## Offline: from a trace") : README.index("## Coming from")]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
+    printed: list[str] = []
+    commands = []
+    for line in block.strip().splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == "litehit", line
+        done = run_cli(*argv[1:], cwd=tmp_path)
+        assert done.returncode == 0, (line, done.stderr)
+        commands.append(argv[1])
+        printed += done.stdout.splitlines()
+    assert commands == ["convert", "replay", "query", "curve"]
+    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
+    assert len(shown) == 3
+    for line in shown:
+        assert line in printed, line
+    assert "29,599 blocks" in section and "29599" in shown[2]
+
+
+def test_replay_config_errors_example(tmp_path):
+    """The config section's bad config gives exactly the lines shown, all at once, exit 2."""
+    from conftest import run_cli
+
+    section = README[README.index("`litehit replay` checks the whole config") :]
+    (tmp_path / "bad.json").write_text(
+        re.search(r"```json\n(.*?)```", section, re.S).group(1), encoding="utf-8"
+    )
+    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
+    assert "gives, from `litehit replay bad.json`:" in section
+    done = run_cli("replay", "bad.json", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == shown
+    assert done.stdout == ""
+
+
+def test_convert_hint_example(tmp_path, mooncake):
+    """The convert bullet's command on the Mooncake file says what the README says."""
+    from conftest import run_cli
+
+    match = re.search(r"`(litehit convert --from standard [^`]*)` says\s+`([^`]*)`", README)
+    argv = shlex.split(match.group(1))
+    (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
+    done = run_cli(*argv[1:], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == " ".join(match.group(2).split())
+    assert not (tmp_path / "t.jsonl").exists()
