@@ -12,8 +12,9 @@ client that reconnects from a new port is still the same client). Within one int
 
 The summary is written by the first event of *any* key after the interval (the limiter
 sweeps its due keys on every event; the next event of the same key then starts a new
-interval and is logged in full), or by :meth:`LogLimiter.flush` (the server calls it when
-it drains, so nothing counted is left unsaid at a stop). Counters such as
+interval and is logged in full), or by :meth:`LogLimiter.flush` (the server calls it every
+second, so a flood that stopped is summarised without waiting for another event, and
+with ``everything`` when it drains, so nothing counted is left unsaid at a stop). Counters such as
 ``litehit_errors_total`` are kept by the caller for every event: the limiter only decides
 what is written.
 

@@ -36,7 +36,7 @@ from google.protobuf.message import DecodeError
 
 from litehit_service import messages as pb2
 from litehit_service.access import Access, TokenCheck, method_access
-from litehit_service.log_limits import LogLimiter
+from litehit_service.log_limits import DEFAULT_INTERVAL_SECONDS, LogLimiter
 from litehit_service.servicer import OptimizerServicer
 from litehit_service.stats import TransportStats
 
@@ -128,7 +128,8 @@ class Transport:
 
     ``executor`` runs the servicer's (synchronous) work; ``known_instance`` tells the
     gates which ids are registered; ``max_streams`` and ``stream_idle_seconds`` bound the
-    streams; ``tokens`` guards access.
+    streams; ``tokens`` guards access; ``log_interval`` is the seconds over which
+    repeated log events are summarised (:mod:`litehit_service.log_limits`).
     """
 
     def __init__(
@@ -140,6 +141,7 @@ class Transport:
         tokens: TokenCheck,
         max_streams: int,
         stream_idle_seconds: float,
+        log_interval: float = DEFAULT_INTERVAL_SECONDS,
     ) -> None:
         if max_streams <= 0:
             raise ValueError(f"max_streams must be > 0, got {max_streams}")
@@ -156,7 +158,7 @@ class Transport:
         self.stats = TransportStats()
         self._draining: asyncio.Event | None = None  # created on the loop
         self._next_stream = 0
-        self.log_limits = LogLimiter(log)
+        self.log_limits = LogLimiter(log, interval=log_interval)
         """Refused tokens, undecodable messages and cancelled streams are logged through it
         (the first per kind and peer in full, repeats summarised)."""
 
@@ -197,6 +199,13 @@ class Transport:
         self._draining_event().set()
         self.log_limits.flush(everything=True)
         self._servicer.log_limits.flush(everything=True)
+
+    def flush_logs(self) -> int:
+        """Write the summaries of repeated log events (this transport's and the
+        servicer's) whose interval has passed, so a flood that stopped is summarised
+        without waiting for another event; the server calls it every
+        :data:`~litehit_service.server.LOG_FLUSH_SECONDS`. Returns the lines written."""
+        return self.log_limits.flush() + self._servicer.log_limits.flush()
 
     async def _authorize(self, method: str, access: Access, context: Any) -> None:
         if self._tokens.allowed(access, context.invocation_metadata()):
