@@ -4,8 +4,10 @@ bounded number of lines while ``litehit_errors_total`` counts every one (issue 2
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +199,36 @@ def test_refused_tokens_are_a_warning_with_the_peer(tmp_path: Path):
         "… 20 more like this (refused: missing or wrong authorization token) from ipv4:"
         in (refused[1])
     )
+
+
+SUMMARY = re.compile(
+    r"… ([\d,]+) more like this \(TraceQuery INSTANCE_NOT_EXIST, instance 'nope'\)"
+)
+
+
+def test_a_flood_that_stopped_is_summarised_without_another_event(start_server, caplog):
+    """The server flushes its limiters periodically: the summary of the last repeats comes
+    within a bounded wait, with no further event and no stop; full lines and summaries
+    account for every bad query (however the flood fell across intervals)."""
+    caplog.set_level(logging.INFO)
+    server = start_server(log_summary_seconds=0.5)
+    with server.client() as client:
+        for k in range(FLOOD // 10):
+            client.trace_query("nope", [k], 4, check=False)
+
+    def accounted() -> tuple[int, bool]:
+        total, last_is_summary = 0, False
+        for record in list(caplog.records):
+            text = record.getMessage()
+            if "'nope'" not in text:
+                continue
+            match = SUMMARY.search(text)
+            total += int(match[1].replace(",", "")) if match else 1
+            last_is_summary = match is not None
+        return total, last_is_summary
+
+    for _ in range(200):  # bounded: 20 s at most
+        if accounted() == (FLOOD // 10, True):
+            break
+        time.sleep(0.1)
+    assert accounted() == (FLOOD // 10, True), caplog.text
