@@ -59,6 +59,17 @@ def _max_line_bytes(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (the message names the value otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def add_touch_order(parser: argparse.ArgumentParser) -> None:
     """Add ``--touch-order {tail-first,head-first}`` (``args.touch_order``, None when not
     given): the order a request's blocks are touched after its read, overriding every

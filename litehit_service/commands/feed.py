@@ -30,7 +30,13 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import CommandFailed, UsageError, add_max_line_bytes, rpc_detail
+from litehit_service.commands import (
+    CommandFailed,
+    UsageError,
+    add_max_line_bytes,
+    positive_int,
+    rpc_detail,
+)
 from litehit_service.offline.traces import format_names
 
 
@@ -61,12 +67,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--block-size",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="tokens per trace key (default: the config's block_size, else the format's)",
     )
     p.add_argument(
-        "--batch", type=_positive_int, default=1024, metavar="N", help="queries per batch"
+        "--batch", type=positive_int, default=1024, metavar="N", help="queries per batch"
     )
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per unary call")
     p.add_argument("--tls-ca", default=None, help="PEM CA certificate (enables TLS)")
@@ -88,16 +94,6 @@ def _rate(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a number of queries/s > 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
 
 

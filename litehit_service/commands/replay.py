@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order
+from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("config", metavar="CONFIG.json", help="replay configuration (JSON)")
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="parse the trace in N processes (overrides pipeline_worker_count; output is "
         "identical for every N)",
@@ -80,16 +80,6 @@ def register(subparsers: Any) -> None:
     )
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
