@@ -18,8 +18,9 @@ in :data:`MODELS`. Three models today: the full-attention LRU touching tail firs
 touching head first as LMCache does (``"lru-head-first"``:
 :class:`~litehit_core.block_lru.BlockLRU`; staircases in blocks) and the hybrid
 linear-attention / Mamba LRU (``"hybrid"``: :class:`~litehit_core.hybrid.HybridLRU`;
-staircases in bytes). Per-capacity policy simulators (one replay per capacity: RandomLRU,
-LeafAwareLRU, TTL eviction, tiers) are engines of another kind and register beside these.
+staircases in bytes). Per-capacity policy simulators (one replay per capacity: the
+optimizer's ``lru``, ``random_lru``, ``leaf_aware_lru`` and ``ttl``) are engines of another
+kind (:mod:`litehit_core.policy_replay`) and register beside these in :data:`POLICIES`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _FULL_BY_TOUCH_ORDER = {"tail-first": "lru", "head-first": "lru-head-first"}
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_POLICY",
     "EVICTION_POLICIES",
     "FACT_MODELS",
     "AUTO_COMPACT_BYTES",
@@ -70,10 +72,13 @@ __all__ = [
     "EngineModel",
     "EngineSpec",
     "EngineState",
+    "POLICIES",
+    "PolicyModel",
     "ReplayEngine",
     "auto_lru_engine",
     "create_engine",
     "model_for",
+    "policy_entry",
     "state_from_record",
     "staircase_batch_engine",
     "state_record",
@@ -244,6 +249,63 @@ MODELS: dict[str, EngineModel] = {
     "lru-head-first": EngineModel(FACT_MODELS["lru-head-first"], _lru_head_first),
 }
 """Every model LiteHit replays, by name (the same names as :data:`FACT_MODELS`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyModel:
+    """An eviction policy of the policy replay (``litehit optimize``; spec §5): its
+    configuration name, the ``eviction_policy_params`` it reads with their defaults
+    (``params``), the params a configuration may carry that it ignores (``ignored``: the
+    reference's loader accepts them), whether it keeps a dense array of its blocks
+    (``dense``: RandomLRU; the replay reserves room for it), whether it expires blocks by
+    time (``expires``), and ``exact``: the LiteHit model whose one pass gives the same hits
+    at every capacity under spec §7b (``None``: one replay per capacity). Its compiled
+    verbs are the module of the same name in :mod:`litehit_core.policy_replay`."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+    ignored: tuple[str, ...] = ()
+    dense: bool = False
+    expires: bool = False
+    exact: str | None = None
+
+    @property
+    def kind(self) -> int:
+        """The policy's code in the compiled replay (imports numba). O(1)."""
+        from litehit_core.policy_replay.dispatch import POLICY_MODULES
+
+        return int(POLICY_MODULES[self.name].KIND)
+
+
+_SHARDED_LRU = ("sample_rate", "shard_count", "sample_times", "eviction_amplification_factor")
+
+POLICIES: dict[str, PolicyModel] = {
+    "lru": PolicyModel("lru", ignored=_SHARDED_LRU, exact="lru-head-first"),
+    "random_lru": PolicyModel("random_lru", params=(("sample_rate", 0.1),), dense=True),
+    "leaf_aware_lru": PolicyModel("leaf_aware_lru", ignored=_SHARDED_LRU),
+    "ttl": PolicyModel(
+        "ttl", params=(("fallback_on_pressure", True),), expires=True, exact="lru-head-first"
+    ),
+}
+"""Every eviction policy of the policy replay, by the name a configuration's
+``eviction_policy_type`` uses. ``ttl`` is exact from one pass only when no block expires
+and it falls back to LRU under pressure."""
+
+
+DEFAULT_POLICY = POLICIES["lru"]
+"""The policy of an instance whose configuration names none (and a placeholder while a
+configuration with an unknown name is being checked)."""
+
+
+def policy_entry(name: object) -> PolicyModel:
+    """The :class:`PolicyModel` named ``name``; InvalidRequestError naming the value and
+    the known names otherwise. O(1)."""
+    policy = POLICIES.get(name) if type(name) is str else None
+    if policy is None:
+        raise InvalidRequestError(
+            f"eviction_policy_type must be one of {list(POLICIES)}, got {name!r}"
+        )
+    return policy
 
 
 def touch_order_model(touch_order: str) -> str:

@@ -1,0 +1,24 @@
+"""Policy replay: one replay per capacity for the eviction policies of the KVCacheManager
+optimizer (spec ``optimizer-replay.md`` §2-§6).
+
+Unlike LiteHit's engines (one capacity-free pass, every capacity by projection), a policy
+simulator needs the capacity while it replays: RandomLRU, leaf-aware LRU, TTL, shared group
+quotas and delayed writes have no stack property. The pieces, libCacheSim-style:
+
+- one module per policy, each with the same verbs (``on_write``, ``on_access``,
+  ``on_remove``, ``choose_victims``): :mod:`.lru`, :mod:`.random_lru`,
+  :mod:`.leaf_aware_lru`, :mod:`.ttl`; :mod:`.dispatch` routes a verb to an instance's
+  policy (the names, parameters and defaults users see are in
+  :data:`litehit_core.engine.POLICIES`);
+- shared: :mod:`.state` (the flat arrays), :mod:`.index` (path -> node), :mod:`.lists`,
+  :mod:`.blocks` (read, write, remove, expire), :mod:`.quota` (eviction modes),
+  :mod:`.loop` (records -> rows), :mod:`.replay` (the driver), :mod:`.check` (invariants).
+
+Everything in the hot loop is compiled with numba (``nogil``, cached on disk); there is
+no Python object per block.
+"""
+
+from litehit_core.policy_replay.replay import ReplayRecords, ReplayResult, ReplaySetup, replay
+from litehit_core.policy_replay.state import InstanceSetup
+
+__all__ = ["InstanceSetup", "ReplayRecords", "ReplayResult", "ReplaySetup", "replay"]

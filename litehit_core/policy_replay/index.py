@@ -1,0 +1,113 @@
+"""The radix index of a policy replay: block path -> node slot, compiled.
+
+A block is identified by its path (spec §3): its parent's node and its own key, so the
+index is an open-addressing table keyed by ``(parent, key)`` -- a trie stored as a hash
+table. ``parent`` is the parent's slot, or ``-1 - instance`` for an instance's first
+block, so every instance has its own tree in the one table. Slots hold ``node + 1``
+(0 = empty); linear probing; a deletion shifts the following entries back (no
+tombstones), so a lookup costs the same after millions of deletions. The table stays at
+most half full (:func:`~litehit_core.policy_replay.state.reserve` doubles it between
+chunks). Every function is ``nogil``, ``cache=True``, O(1) expected.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from litehit_core.kernels import home_slot
+from litehit_core.policy_replay.state import FREE_HEAD, NODES, NONE, ReplayArrays
+
+__all__ = ["find", "add", "delete", "rebuild_table"]
+
+_PARENT_MIX = np.int64(0x2545F4914F6CDD1D)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _home(parent: np.int64, key: np.int64, mask: np.int64) -> np.int64:
+    return home_slot(key ^ (parent * _PARENT_MIX), mask)
+
+
+@njit(cache=True, nogil=True)
+def find(a: ReplayArrays, parent: np.int64, key: np.int64) -> np.int64:
+    """The node of path ``(parent, key)``, or -1 when it is not known. O(1) expected."""
+    table = a.table
+    mask = np.int64(len(table) - 1)
+    slot = _home(parent, key, mask)
+    while True:
+        entry = np.int64(table[slot])
+        if entry == 0:
+            return np.int64(NONE)
+        node = entry - 1
+        if a.key[node] == key and np.int64(a.parent[node]) == parent:
+            return node
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def add(a: ReplayArrays, parent: np.int64, key: np.int64) -> np.int64:
+    """A new, uncached node for path ``(parent, key)`` (not in the index yet), taken from
+    the free slots and indexed; its parent's ``children`` grows by one. The caller has
+    reserved room. O(1) expected."""
+    node = a.scalars[FREE_HEAD]
+    a.scalars[FREE_HEAD] = a.next[node]
+    a.scalars[NODES] += 1
+    a.key[node] = key
+    a.parent[node] = parent
+    a.flags[node] = 0
+    a.children[node] = 0
+    a.cached_children[node] = 0
+    a.prev[node] = NONE
+    a.next[node] = NONE
+    if parent >= 0:
+        a.children[parent] += 1
+    table = a.table
+    mask = np.int64(len(table) - 1)
+    slot = _home(parent, key, mask)
+    while table[slot] != 0:
+        slot = (slot + 1) & mask
+    table[slot] = node + 1
+    return node
+
+
+@njit(cache=True, nogil=True)
+def delete(a: ReplayArrays, node: np.int64) -> None:
+    """Remove ``node`` (uncached, no children) from the index and free its slot; its
+    parent's ``children`` drops by one. O(1) expected (backward-shift deletion)."""
+    table = a.table
+    mask = np.int64(len(table) - 1)
+    parent = np.int64(a.parent[node])
+    slot = _home(parent, a.key[node], mask)
+    while np.int64(table[slot]) != node + 1:
+        slot = (slot + 1) & mask
+    hole = slot
+    slot = (slot + 1) & mask
+    while table[slot] != 0:
+        other = np.int64(table[slot]) - 1
+        home = _home(np.int64(a.parent[other]), a.key[other], mask)
+        # move the entry back into the hole unless its home lies cyclically in (hole, slot]
+        if (slot - home) & mask >= (slot - hole) & mask:
+            table[hole] = table[slot]
+            hole = slot
+        slot = (slot + 1) & mask
+    table[hole] = 0
+    if parent >= 0:
+        a.children[parent] -= 1
+    a.next[node] = a.scalars[FREE_HEAD]
+    a.scalars[FREE_HEAD] = node
+    a.scalars[NODES] -= 1
+
+
+@njit(cache=True, nogil=True)
+def rebuild_table(a: ReplayArrays) -> None:
+    """Index every live node in ``a.table`` (zeroed, larger than before). A node is live
+    when cached or when it has children (free slots are neither). O(nodes)."""
+    table = a.table
+    mask = np.int64(len(table) - 1)
+    for node in range(len(a.key)):
+        if a.flags[node] == 0 and a.children[node] == 0:
+            continue
+        slot = _home(np.int64(a.parent[node]), a.key[node], mask)
+        while table[slot] != 0:
+            slot = (slot + 1) & mask
+        table[slot] = node + 1

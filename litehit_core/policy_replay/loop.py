@@ -1,0 +1,154 @@
+"""The replay loop: records in time order -> one row per read, compiled (spec §2-§6).
+
+Records are flat arrays (:class:`~litehit_core.policy_replay.replay.ReplayRecords`):
+``kinds`` (:data:`GET`, :data:`WRITE`, :data:`REQUEST`), ``insts``, ``times`` (ns),
+``key_off`` (record r's keys are ``keys[key_off[r]:key_off[r + 1]]``), ``local`` (per key,
+1 = the block mask marks it local) and ``buckets`` (per record, the TTL of its write as an
+index into ``ttl_values``; -1 = never expires). A request's write is pending until the
+first record at or after its due time ``t + delay`` (or the end): pending writes are
+exactly the requests between the pointer ``wp`` and the current record whose due time has
+not come, applied in order (a constant delay keeps them in time order), so no queue is
+stored. Before a record at ``T`` every pending write due at or before ``T`` is applied; a
+TTL instance expires its blocks before each of its reads and writes; a write is followed by
+its group's capacity eviction. Each read fills one row of ``rows`` (:data:`ROW_FIELDS`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from litehit_core.policy_replay.blocks import expire, read, write
+from litehit_core.policy_replay.dispatch import expires
+from litehit_core.policy_replay.quota import evict
+from litehit_core.policy_replay.state import CACHED_ALL, ReplayArrays
+
+__all__ = ["GET", "REQUEST", "ROW_FIELDS", "WRITE", "flush", "replay_chunk"]
+
+GET, WRITE, REQUEST = 0, 1, 2
+"""Record kinds in ``kinds``."""
+ROW_FIELDS = ("record", "local_hits", "remote_hits", "cached", "cached_all", "acc_write")
+"""Columns of ``rows`` (int64, one row per read): the record's index, its local and remote
+hit blocks, the instance's and every instance's cached blocks right after the read, and
+the keys the instance had written so far."""
+
+
+@njit(cache=True, nogil=True)
+def _apply_write(
+    a: ReplayArrays,
+    inst: np.int64,
+    keys: np.ndarray,
+    lo: np.int64,
+    hi: np.int64,
+    now: np.int64,
+    bucket: np.int64,
+) -> None:
+    if expires(a, inst):
+        expire(a, inst, now)
+    write(a, inst, keys, lo, hi, now, bucket)
+    evict(a, inst)
+    if a.cached[inst] > a.peak[inst]:
+        a.peak[inst] = a.cached[inst]
+
+
+@njit(cache=True, nogil=True)
+def _pending(
+    a: ReplayArrays,
+    kinds: np.ndarray,
+    insts: np.ndarray,
+    times: np.ndarray,
+    key_off: np.ndarray,
+    keys: np.ndarray,
+    buckets: np.ndarray,
+    delay: np.int64,
+    wp: np.int64,
+    upto: np.int64,
+    until: np.int64,
+) -> np.int64:
+    """Apply the pending writes of requests before record ``upto`` due at or before
+    ``until``; the new ``wp``."""
+    while wp < upto:
+        if kinds[wp] != REQUEST:
+            wp += 1
+            continue
+        due = times[wp] + delay
+        if due > until:
+            break
+        _apply_write(
+            a, np.int64(insts[wp]), keys, key_off[wp], key_off[wp + 1], due, np.int64(buckets[wp])
+        )
+        wp += 1
+    return wp
+
+
+@njit(cache=True, nogil=True)
+def replay_chunk(
+    a: ReplayArrays,
+    kinds: np.ndarray,
+    insts: np.ndarray,
+    times: np.ndarray,
+    key_off: np.ndarray,
+    keys: np.ndarray,
+    local: np.ndarray,
+    buckets: np.ndarray,
+    delay: np.int64,
+    start: np.int64,
+    stop: np.int64,
+    wp: np.int64,
+    rows: np.ndarray,
+    row: np.int64,
+) -> tuple[np.int64, np.int64]:
+    """Replay records ``start..stop-1`` (``wp``: the first request whose write may still be
+    pending; ``row``: the next row of ``rows`` to fill). Returns the new ``(wp, row)``.
+    The caller has reserved room for every node and dense entry the chunk can add.
+    O(keys) plus the policies' eviction costs."""
+    for r in range(start, stop):
+        now = times[r]
+        wp = _pending(a, kinds, insts, times, key_off, keys, buckets, delay, wp, r, now)
+        inst = np.int64(insts[r])
+        lo = key_off[r]
+        hi = key_off[r + 1]
+        if kinds[r] == WRITE:
+            _apply_write(a, inst, keys, lo, hi, now, np.int64(buckets[r]))
+            continue
+        if expires(a, inst):
+            expire(a, inst, now)
+        local_hits, remote_hits = read(a, inst, keys, local, lo, hi, now)
+        rows[row, 0] = r
+        rows[row, 1] = local_hits
+        rows[row, 2] = remote_hits
+        rows[row, 3] = a.cached[inst]
+        rows[row, 4] = a.scalars[CACHED_ALL]
+        rows[row, 5] = a.acc_write[inst]
+        row += 1
+    return wp, row
+
+
+@njit(cache=True, nogil=True)
+def flush(
+    a: ReplayArrays,
+    kinds: np.ndarray,
+    insts: np.ndarray,
+    times: np.ndarray,
+    key_off: np.ndarray,
+    keys: np.ndarray,
+    buckets: np.ndarray,
+    delay: np.int64,
+    wp: np.int64,
+    stop: np.int64,
+) -> np.int64:
+    """Apply every write still pending among records before ``stop`` (the end of the
+    trace: they produce no rows). Returns the new ``wp``."""
+    return _pending(
+        a,
+        kinds,
+        insts,
+        times,
+        key_off,
+        keys,
+        buckets,
+        delay,
+        wp,
+        stop,
+        np.int64(np.iinfo(np.int64).max),
+    )

@@ -1,0 +1,288 @@
+"""The arrays one policy replay works on, and how they grow between compiled chunks.
+
+A policy replay (:mod:`litehit_core.policy_replay`) keeps every instance's cache in flat
+numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one argument):
+
+- **nodes** (one slot per block path currently known): ``key``, ``parent`` (the parent's
+  slot, or ``-1 - instance`` for a first block), ``seq`` (the global recency counter at the
+  latest insert or touch), ``flags`` (:data:`CACHED`), ``children`` (child nodes that
+  exist), ``cached_children`` (children that are cached), ``prev``/``next`` (the policy's
+  list links: an LRU list, or a RandomLRU node's position in its dense array; ``next``
+  also links the free slots), and for TTL runs ``anchor`` (ns of the latest TTL anchor),
+  ``bucket`` (the index of the block's TTL in ``ttl_values``, -1 = never expires) and
+  ``tprev``/``tnext`` (the per-(instance, TTL) expiry list, oldest anchor first);
+- **index**: ``table``, an open-addressing table (power of two, linear probing) of
+  ``slot + 1`` keyed by ``(parent, key)`` (:mod:`~litehit_core.policy_replay.index`);
+- **instances** (configuration order): ``kind`` (the policy's code), ``group``, ``bpb``
+  (bytes per block), ``cached``, ``head``/``tail`` (the policy's list ends),
+  ``acc_write`` (keys written so far), ``peak`` (most cached blocks after a write),
+  ``evicted`` / ``expired`` (blocks evicted for capacity / removed by TTL), ``sample``
+  (RandomLRU's draws per call), ``rng`` (its xorshift64 state), ``fallback`` and
+  ``refresh`` (TTL's options), ``dense_start``, ``dense_cap`` (RandomLRU's segment of
+  ``dense``);
+- **groups**: ``quota`` (bytes, -1 = infinite), ``usage`` (bytes), ``members`` (instance
+  indices in configuration order, group g's at ``member_off[g]:member_off[g + 1]``);
+- ``scalars`` (:data:`SEQ`, :data:`FREE_HEAD`, :data:`NODES`, :data:`CACHED_ALL`,
+  :data:`MODE`, :data:`BATCH`) and ``victims``, a scratch buffer for one eviction call.
+
+A node is freed as soon as it is neither cached nor has children (so memory follows the
+cached blocks and their uncached ancestors, not every path ever written). Growth happens
+in Python between chunks (:func:`reserve`): the compiled loop never allocates. Per node
+~45-53 bytes without TTL (the table at load 1/4 to 1/2), 65-73 with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "BATCH",
+    "CACHED",
+    "CACHED_ALL",
+    "FREE_HEAD",
+    "MODE",
+    "NODES",
+    "NONE",
+    "SEQ",
+    "ReplayArrays",
+    "allocate",
+    "memory_bytes",
+    "reserve",
+]
+
+NONE = -1
+"""No node (list ends, empty links)."""
+CACHED = np.uint8(1)
+"""``flags`` bit: the block is cached."""
+
+SEQ, FREE_HEAD, NODES, CACHED_ALL, MODE, BATCH = range(6)
+"""Indices into ``scalars``: the next recency value, the first free slot, live nodes,
+cached blocks over every instance, the eviction mode, the batch size per instance."""
+_N_SCALARS = 6
+_MIN_NODES = 1024
+
+
+class ReplayArrays(NamedTuple):
+    """Every array of one replay (see the module docstring for each field)."""
+
+    key: np.ndarray
+    parent: np.ndarray
+    seq: np.ndarray
+    flags: np.ndarray
+    children: np.ndarray
+    cached_children: np.ndarray
+    prev: np.ndarray
+    next: np.ndarray
+    anchor: np.ndarray
+    bucket: np.ndarray
+    tprev: np.ndarray
+    tnext: np.ndarray
+    table: np.ndarray
+    kind: np.ndarray
+    group: np.ndarray
+    bpb: np.ndarray
+    cached: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+    acc_write: np.ndarray
+    peak: np.ndarray
+    evicted: np.ndarray
+    expired: np.ndarray
+    sample: np.ndarray
+    rng: np.ndarray
+    fallback: np.ndarray
+    refresh: np.ndarray
+    dense_start: np.ndarray
+    dense_cap: np.ndarray
+    dense: np.ndarray
+    ttl_values: np.ndarray
+    thead: np.ndarray
+    ttail: np.ndarray
+    quota: np.ndarray
+    usage: np.ndarray
+    member_off: np.ndarray
+    members: np.ndarray
+    scalars: np.ndarray
+    victims: np.ndarray
+
+
+class InstanceSetup(NamedTuple):
+    """One instance as the replay needs it: ``kind`` (its policy's code), ``group``
+    (index), ``bytes_per_block``, ``sample`` (RandomLRU's draws per call, else 0),
+    ``fallback`` and ``refresh`` (TTL options), ``dense`` (True for a policy with a dense
+    array of its blocks: RandomLRU)."""
+
+    kind: int
+    group: int
+    bytes_per_block: int
+    sample: int
+    fallback: bool
+    refresh: bool
+    dense: bool
+
+
+RNG_SEED = np.uint64(0x12345678ABCDEF01)
+"""Every RandomLRU generator's initial state (spec §5)."""
+
+
+def allocate(
+    instances: Sequence[InstanceSetup],
+    quotas: Sequence[int],
+    members: Sequence[Sequence[int]],
+    ttl_values: Sequence[int],
+    *,
+    eviction_mode: int,
+    batch: int,
+    with_ttl: bool,
+) -> ReplayArrays:
+    """Fresh arrays for ``instances`` in ``len(quotas)`` groups (``quotas`` in bytes, -1
+    infinite; ``members[g]`` the instance indices of group g in configuration order),
+    ``ttl_values`` the distinct block TTLs in ns (> 0) and ``with_ttl`` whether any
+    instance expires blocks. Node arrays start small; :func:`reserve` grows them.
+    O(instances + groups + TTLs)."""
+    n_inst = len(instances)
+    n_nodes = _MIN_NODES
+    ttl_nodes = n_nodes if with_ttl else 0
+    n_buckets = len(ttl_values)
+    member_off = np.zeros(len(quotas) + 1, dtype=np.int64)
+    member_off[1:] = np.cumsum([len(m) for m in members])
+    flat = [i for m in members for i in m]
+    largest_draw = max([s.sample for s in instances] + [batch])
+    arrays = ReplayArrays(
+        key=np.zeros(n_nodes, dtype=np.int64),
+        parent=np.zeros(n_nodes, dtype=np.int32),
+        seq=np.zeros(n_nodes, dtype=np.int64),
+        flags=np.zeros(n_nodes, dtype=np.uint8),
+        children=np.zeros(n_nodes, dtype=np.int32),
+        cached_children=np.zeros(n_nodes, dtype=np.int32),
+        prev=np.full(n_nodes, NONE, dtype=np.int32),
+        next=np.full(n_nodes, NONE, dtype=np.int32),
+        anchor=np.zeros(ttl_nodes, dtype=np.int64),
+        bucket=np.full(ttl_nodes, NONE, dtype=np.int32),
+        tprev=np.full(ttl_nodes, NONE, dtype=np.int32),
+        tnext=np.full(ttl_nodes, NONE, dtype=np.int32),
+        table=np.zeros(4 * n_nodes, dtype=np.int32),
+        kind=np.array([s.kind for s in instances], dtype=np.int8),
+        group=np.array([s.group for s in instances], dtype=np.int32),
+        bpb=np.array([s.bytes_per_block for s in instances], dtype=np.int64),
+        cached=np.zeros(n_inst, dtype=np.int64),
+        head=np.full(n_inst, NONE, dtype=np.int32),
+        tail=np.full(n_inst, NONE, dtype=np.int32),
+        acc_write=np.zeros(n_inst, dtype=np.int64),
+        peak=np.zeros(n_inst, dtype=np.int64),
+        evicted=np.zeros(n_inst, dtype=np.int64),
+        expired=np.zeros(n_inst, dtype=np.int64),
+        sample=np.array([s.sample for s in instances], dtype=np.int64),
+        rng=np.full(n_inst, RNG_SEED, dtype=np.uint64),
+        fallback=np.array([s.fallback for s in instances], dtype=np.uint8),
+        refresh=np.array([s.refresh for s in instances], dtype=np.uint8),
+        dense_start=np.zeros(n_inst, dtype=np.int64),
+        dense_cap=np.zeros(n_inst, dtype=np.int64),
+        dense=np.zeros(0, dtype=np.int32),
+        ttl_values=np.array(ttl_values, dtype=np.int64),
+        thead=np.full(n_inst * n_buckets, NONE, dtype=np.int32),
+        ttail=np.full(n_inst * n_buckets, NONE, dtype=np.int32),
+        quota=np.array(quotas, dtype=np.int64),
+        usage=np.zeros(len(quotas), dtype=np.int64),
+        member_off=member_off,
+        members=np.array(flat, dtype=np.int32),
+        scalars=np.zeros(_N_SCALARS, dtype=np.int64),
+        victims=np.zeros(max(largest_draw, 1), dtype=np.int32),
+    )
+    arrays.scalars[MODE] = eviction_mode
+    arrays.scalars[BATCH] = batch
+    _link_free(arrays.next, 0, n_nodes, NONE)
+    arrays.scalars[FREE_HEAD] = 0
+    return arrays
+
+
+def _link_free(nxt: np.ndarray, start: int, stop: int, then: int) -> None:
+    """Chain slots ``start..stop-1`` as free slots, the last pointing at ``then``."""
+    nxt[start : stop - 1] = np.arange(start + 1, stop, dtype=np.int32)
+    nxt[stop - 1] = then
+
+
+def reserve(
+    arrays: ReplayArrays, new_nodes: int, dense_needs: Sequence[int], rebuild_table: object
+) -> ReplayArrays:
+    """``arrays``, grown (new arrays where needed, the rest shared) so that ``new_nodes``
+    more nodes fit with the table at most half full, and each dense instance ``i`` has
+    room for ``dense_needs[i]`` more blocks in its segment (-1 for an instance without a
+    dense array). ``rebuild_table(arrays)`` fills
+    a fresh (zeroed) table from the live nodes (the index module's kernel). Amortised O(1)
+    per node: capacities double."""
+    n = len(arrays.key)
+    live = int(arrays.scalars[NODES])
+    want = live + new_nodes
+    if want > n:
+        arrays = _grow_nodes(arrays, max(2 * n, want))
+    if 2 * want > len(arrays.table):
+        size = len(arrays.table)
+        while 2 * want > size:
+            size *= 2
+        arrays = arrays._replace(table=np.zeros(size, dtype=np.int32))
+        rebuild_table(arrays)
+    return _grow_dense(arrays, dense_needs)
+
+
+def _grow_nodes(arrays: ReplayArrays, n: int) -> ReplayArrays:
+    old = len(arrays.key)
+    grown: dict[str, np.ndarray] = {}
+    for name, fill in (
+        ("key", 0),
+        ("parent", 0),
+        ("seq", 0),
+        ("flags", 0),
+        ("children", 0),
+        ("cached_children", 0),
+        ("prev", NONE),
+        ("next", NONE),
+    ):
+        grown[name] = _extended(getattr(arrays, name), n, fill)
+    if len(arrays.anchor):
+        for name, fill in (("anchor", 0), ("bucket", NONE), ("tprev", NONE), ("tnext", NONE)):
+            grown[name] = _extended(getattr(arrays, name), n, fill)
+    _link_free(grown["next"], old, n, int(arrays.scalars[FREE_HEAD]))
+    arrays.scalars[FREE_HEAD] = old
+    return arrays._replace(**grown)
+
+
+def _extended(array: np.ndarray, n: int, fill: int) -> np.ndarray:
+    out = np.full(n, fill, dtype=array.dtype)
+    out[: len(array)] = array
+    return out
+
+
+def _grow_dense(arrays: ReplayArrays, dense_needs: Sequence[int]) -> ReplayArrays:
+    """Re-lay the dense segments when one is too small (each new capacity: twice what it
+    needs). O(dense blocks) when it happens."""
+    need = [
+        int(arrays.cached[i]) + int(extra) if extra >= 0 else 0
+        for i, extra in enumerate(dense_needs)
+    ]
+    caps = arrays.dense_cap
+    if all(n <= int(c) for n, c in zip(need, caps, strict=True)):
+        return arrays
+    new_caps = np.array(
+        [max(int(c), 2 * n if n > int(c) else int(c)) for n, c in zip(need, caps, strict=True)],
+        dtype=np.int64,
+    )
+    starts = np.zeros(len(new_caps), dtype=np.int64)
+    starts[1:] = np.cumsum(new_caps)[:-1]
+    dense = np.zeros(int(new_caps.sum()), dtype=np.int32)
+    for i, extra in enumerate(dense_needs):
+        if extra >= 0 and caps[i]:
+            count = int(arrays.cached[i])
+            old = int(arrays.dense_start[i])
+            dense[starts[i] : starts[i] + count] = arrays.dense[old : old + count]
+    arrays.dense_start[:] = starts
+    arrays.dense_cap[:] = new_caps
+    return arrays._replace(dense=dense)
+
+
+def memory_bytes(arrays: ReplayArrays) -> int:
+    """Bytes held by every array of ``arrays``. O(fields)."""
+    return sum(int(a.nbytes) for a in arrays)
