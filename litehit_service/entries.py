@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -156,6 +157,22 @@ class Fields:
         if not isinstance(value, int) or isinstance(value, bool):
             return self._bad(name, "an integer", value, default)
         return value
+
+    def number(self, name: str, *, required: bool = False, default: float = 0.0) -> float:
+        """An integer or a finite float (booleans are not numbers)."""
+        value = self._get(name, required, default)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            return self._bad(name, "a number", value, default)
+        return value
+
+    def object(self, name: str) -> Any:
+        """The raw value of an object field (``{}`` when absent); its type is checked by
+        the ``Fields`` built on it."""
+        return self._get(name, False, {})
 
     def boolean(self, name: str, *, default: bool = False) -> bool:
         value = self._get(name, False, default)

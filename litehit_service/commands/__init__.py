@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "convert",
     "simulate",
     "sweep",
+    "optimize",
 )
 
 

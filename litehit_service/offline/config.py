@@ -62,7 +62,9 @@ __all__ = [
     "ConfigErrors",
     "ReplayConfig",
     "check_config",
+    "field_line",
     "raise_config_errors",
+    "read_json_document",
     "group_from_dict",
     "load_config",
     "registration_from_dict",
@@ -101,16 +103,8 @@ class ReplayConfig:
     field_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def line_of(self, field_path: str) -> int:
-        """Line of ``field_path`` in :attr:`source`, else of its nearest parent (the whole
-        document's first line at the top); 0 if unknown."""
-        path = field_path
-        while path:
-            line = self.field_lines.get(path)
-            if line is not None:
-                return line
-            cut = max(path.rfind("."), path.rfind("["))
-            path = path[:cut] if cut > 0 else ""
-        return self.field_lines.get("", 0)
+        """Line of ``field_path`` in :attr:`source` (:func:`field_line`)."""
+        return field_line(self.field_lines, field_path)
 
     def error(self, field_path: str, reason: str) -> LocatedError:
         """A :class:`LocatedError` about ``field_path`` located in :attr:`source`."""
@@ -325,6 +319,33 @@ def config_problems(config: ReplayConfig) -> list[LocatedError]:
     return found
 
 
+def field_line(field_lines: Mapping[str, int], field_path: str) -> int:
+    """Line of ``field_path`` in ``field_lines`` (:func:`read_json_document`), else of its
+    nearest parent (the whole document's first line at the top); 0 if unknown. O(depth)."""
+    path = field_path
+    while path:
+        line = field_lines.get(path)
+        if line is not None:
+            return line
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return field_lines.get("", 0)
+
+
+def read_json_document(path: str | os.PathLike[str], what: str) -> tuple[Any, dict[str, int]]:
+    """A JSON configuration file: its data and the 1-based line of every field path
+    (``instances[0].block_size``). LocatedError for a file that cannot be read (naming
+    ``what``), invalid JSON (the parser's line) or a field given twice. O(file size)."""
+    name = os.fspath(path)
+    text = read_text(name, what)
+    data = parse_json(name, text)
+    lines, duplicate = _field_lines(text)
+    if duplicate is not None:
+        dup_path, dup_line = duplicate
+        raise LocatedError(name, dup_line, "duplicate field (given twice)", dup_path)
+    return data, lines
+
+
 def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
     """Read and validate a replay config file (JSON, UTF-8).
 
@@ -333,12 +354,7 @@ def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
     file's folder. O(file size).
     """
     name = os.fspath(path)
-    text = read_text(name, "config")
-    data = parse_json(name, text)
-    lines, duplicate = _field_lines(text)
-    if duplicate is not None:
-        dup_path, dup_line = duplicate
-        raise LocatedError(name, dup_line, "duplicate field (given twice)", dup_path)
+    data, lines = read_json_document(name, "config")
     return replay_config_from_dict(data, base_dir=Path(name).parent, source=name, field_lines=lines)
 
 

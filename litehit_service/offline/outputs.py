@@ -85,6 +85,22 @@ def byte_progress(total_bytes: int | None, desc: str) -> Iterator[Callable[[int]
         bar.close()
 
 
+@contextmanager
+def progress_bar(total: int, unit: str, desc: str) -> Iterator[Callable[[int], object]]:
+    """Yield ``advance(n)``: a tqdm bar of ``total`` ``unit`` on stderr when stderr is a
+    terminal (closed and erased when the block ends), else a no-op. O(1) per call."""
+    if not sys.stderr.isatty():
+        yield _ignore
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit=unit, file=sys.stderr, leave=False, mininterval=0.5, desc=desc)
+    try:
+        yield bar.update
+    finally:
+        bar.close()
+
+
 def _ignore(nbytes: int) -> None:
     """The ``advance`` of :func:`byte_progress` without a terminal."""
 

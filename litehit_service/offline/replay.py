@@ -393,7 +393,7 @@ def _drive(
         if batched:
             _record_batches(manager, routed, path, append)
         else:
-            for (line_no, _, _, tid, ts, keys, input_len), targets in routed:
+            for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
                 for lane_id, line in targets:
                     try:
                         fact, tokens = record(lane_id, keys, input_len, ts)
@@ -432,7 +432,7 @@ def _record_batches(
         answers[lane_id] = (iter(facts), iter(tokens))
     if failure is not None:
         raise LocatedError(path, failure[0], failure[1])
-    for (_, _, _, tid, ts, _, _), targets in routed:
+    for (_, _, _, tid, ts, *_), targets in routed:
         for lane_id, line in targets:
             facts_left, tokens_left = answers[lane_id]
             append(line(tid, ts, next(tokens_left), next(facts_left).hit_curve))
@@ -473,7 +473,7 @@ def _drive_lanes(
     stopped: LocatedError | None = None
     try:
         for routed in _routed(batches, lanes, fixed, path, bar, counts):
-            for (line_no, _, _, tid, ts, keys, input_len), targets in routed:
+            for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
                 for lane_id, _ in targets:
                     work[lane_id].append((n_rows, line_no, tid, ts, keys, input_len))
                     n_rows += 1

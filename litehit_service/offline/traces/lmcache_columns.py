@@ -47,7 +47,7 @@ _TS_MAX_FAST = 9_223_372_035.0  # seconds; below it every ns value fits in int64
 _POW10 = tuple(10**k for k in range(11))
 _BIG_ENDIAN = sys.byteorder == "big"
 _orjson_dumps = orjson.dumps
-_new_event = partial(tuple.__new__, TraceEvent)  # TraceEvent from a 7-tuple, no checks
+_new_event = partial(tuple.__new__, TraceEvent)  # TraceEvent from a full tuple, no checks
 _LMC_SPEC = itemgetter("dtypes", "shapes")
 _LAYOUTS = ((b'"chunk_hashes": [', b", "), (b'"chunk_hashes":[', b","))  # LMCache's; compact
 _LAST3 = slice(-3, None)
@@ -344,5 +344,8 @@ def take_columns(
         name: (info, f"{path}:{kept_line_nos[kept_names.index(name)]}")
         for name, info in new_models.items()
     }
-    rows_out = zip(kept_line_nos, repeat("request"), kept_names, rids, ns, per_line, seq_lens)
+    rows_out = zip(
+        kept_line_nos, repeat("request"), kept_names, rids, ns, per_line, seq_lens,
+        repeat(None), repeat(0),
+    )  # fmt: skip
     return ColumnChunk(map(_new_event, rows_out), names, first_seen)

@@ -39,7 +39,11 @@ class TraceEvent(NamedTuple):
 
     ``timestamp_ns`` is in nanoseconds; ``keys`` are the int64 keys of complete blocks at the
     trace's native granularity; ``input_len`` is the prompt length in tokens (0 for a write
-    without one). ``line_no`` is the 1-based line in the source file.
+    without one). ``line_no`` is the 1-based line in the source file. Policy replay only
+    (spec §2; other readers leave the defaults): ``block_mask`` of a read -- ``None``, an
+    int n (the first n blocks are local to the engine) or a tuple of bools, one per key;
+    ``ttl_us`` of a write or request -- 0 (the group's default TTL), > 0 (this write's TTL
+    in microseconds) or -1 (never expires).
     """
 
     line_no: int
@@ -49,6 +53,8 @@ class TraceEvent(NamedTuple):
     timestamp_ns: int
     keys: list[int]
     input_len: int
+    block_mask: int | tuple[bool, ...] | None = None
+    ttl_us: int = 0
 
 
 LineParser = Callable[[bytes | str, int, str], "TraceEvent | None"]

@@ -10,7 +10,13 @@ optional fields such as ``chat_id``):
   the value in nanoseconds must fit in int64;
 - ``keys``: array of int64 integers, one per complete block (booleans are rejected);
 - ``input_len``: integer > 0, required for get/request; optional for write (integer >= 0,
-  default 0).
+  default 0);
+- ``block_mask`` (get/request, optional): an integer in [0, len(keys)] (the first n blocks
+  are already local) or an array of booleans, one per key;
+- ``ttl_us`` (write/request, optional): an integer > 0 (this write's TTL in microseconds),
+  0 (the group's default) or -1 (never expires).
+
+The last two matter to the policy replay (``litehit optimize``) only.
 
 Errors and the line loop: :mod:`~litehit_service.offline.traces.jsonl`. Cost: O(bytes);
 per key a C-level type and range check; memory O(longest line).
@@ -126,6 +132,17 @@ def _standard_event(text: bytes | str, line_no: int, path: str, exact: bool) -> 
     elif not positive_int(input_len):
         raise bad_field(path, line_no, "input_len", "an integer > 0", input_len)
 
+    block_mask = obj.get("block_mask")
+    if block_mask is not None:
+        block_mask = _block_mask(block_mask, kind, len(keys), line_no, path)
+    ttl_us = obj.get("ttl_us", 0)
+    if ttl_us != 0 or type(ttl_us) is not int:
+        if kind == "get":
+            raise bad_field(
+                path, line_no, "ttl_us", "absent on a get (a get writes nothing)", ttl_us
+            )
+        if type(ttl_us) is not int or ttl_us < -1 or ttl_us > INT64_MAX // 1000:
+            raise bad_field(path, line_no, "ttl_us", "an integer > 0, 0 or -1", ttl_us)
     return TraceEvent(
         line_no=line_no,
         kind=kind,
@@ -134,6 +151,37 @@ def _standard_event(text: bytes | str, line_no: int, path: str, exact: bool) -> 
         timestamp_ns=ts_ns,
         keys=keys,
         input_len=input_len,
+        block_mask=block_mask,
+        ttl_us=ttl_us,
+    )
+
+
+def _block_mask(
+    value: Any, kind: str, n_keys: int, line_no: int, path: str
+) -> int | tuple[bool, ...]:
+    """A read's ``block_mask``: an int in [0, n_keys] or one boolean per key."""
+    if kind == "write":
+        raise bad_field(
+            path, line_no, "block_mask", "absent on a write (a mask is for reads)", value
+        )
+    if type(value) is int:
+        if not 0 <= value <= n_keys:
+            raise bad_field(
+                path,
+                line_no,
+                "block_mask",
+                f"an integer in [0, {n_keys}] (the number of keys)",
+                value,
+            )
+        return value
+    if type(value) is list and len(value) == n_keys and all(type(v) is bool for v in value):
+        return tuple(value)
+    raise bad_field(
+        path,
+        line_no,
+        "block_mask",
+        f"an integer or an array of {n_keys} booleans (one per key)",
+        value,
     )
 
 
@@ -155,14 +203,20 @@ def format_standard_event(event: TraceEvent, timestamp_ns: int | None = None) ->
     """One standard JSONL line (with ``"\\n"``) for ``event``.
 
     Compact JSON with keys in the order type, instance_id, trace_id, timestamp_ns, keys,
-    input_len -- byte-identical to ``json.dumps(obj, separators=(",", ":"))`` of that dict.
+    input_len (then block_mask and ttl_us when set) -- byte-identical to
+    ``json.dumps(obj, separators=(",", ":"))`` of that dict.
     ``timestamp_ns`` overrides the event's timestamp. O(len(keys)).
     """
     ts = event.timestamp_ns if timestamp_ns is None else timestamp_ns
+    extra = ""
+    if event.block_mask is not None:
+        extra += f',"block_mask":{json.dumps(event.block_mask, separators=(",", ":"))}'
+    if event.ttl_us:
+        extra += f',"ttl_us":{event.ttl_us}'
     return (
         f'{{"type":"{event.kind}","instance_id":{json.dumps(event.instance_id)},'
         f'"trace_id":{json.dumps(event.trace_id)},"timestamp_ns":{ts},'
-        f'"keys":[{",".join(map(str, event.keys))}],"input_len":{event.input_len}}}\n'
+        f'"keys":[{",".join(map(str, event.keys))}],"input_len":{event.input_len}{extra}}}\n'
     )
 
 

@@ -1,0 +1,101 @@
+"""LiteHit's exact LRU curves beside a policy replay (``optimize --compare-exact``).
+
+For each instance, its reads' keys (each read as a request: its keys written at once) go
+through LiteHit's two full-attention models -- touching a request's blocks tail first
+(``lru``) and head first (``lru-head-first``) -- in one pass each, and the facts are
+projected at the instance's group quota. Under spec §7b (``request`` records, no delay,
+eviction mode 3, one instance in its group) the replay's ``lru`` equals the head-first
+figure exactly; elsewhere the two are references, not predictions. Engines and projections
+come from the registry (:mod:`litehit_core.engine`). Cost: one pass per model, O(keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litehit_core.engine import EngineSpec, create_engine, touch_order_model
+from litehit_core.model import TOUCH_ORDERS
+from litehit_core.projector import Projection
+from litehit_service.offline.optimize.config import OptimizeConfig
+from litehit_service.offline.optimize.run import OptimizeResult
+from litehit_service.offline.optimize.trace import LoadedTrace
+
+__all__ = ["ExactRates", "exact_rates", "exact_qualifies"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRates:
+    """One instance: LiteHit's hit rate (hit tokens / input tokens) at the group quota per
+    touch order, the replay's, and whether the replay is the head-first model exactly."""
+
+    instance_id: str
+    capacity_blocks: int | None
+    by_touch_order: dict[str, float]
+    replay: float
+    exact: bool
+
+
+def exact_qualifies(
+    config: OptimizeConfig, trace: LoadedTrace, group_index: int, instance_index: int
+) -> bool:
+    """Whether spec §7b holds for this instance: only ``request`` reads, no delay, mode 3,
+    alone in its group, a policy whose replay is LiteHit's (``exact``) and, for a policy
+    that expires blocks, no TTL at all and the LRU fallback on. O(records)."""
+    from litehit_core.policy_replay.loop import REQUEST
+
+    group = config.groups[group_index]
+    inst = group.instances[instance_index]
+    if inst.policy.exact is None or len(group.instances) != 1:
+        return False
+    if config.write_delay_ns != 0 or config.eviction_mode != 3:
+        return False
+    if inst.policy.expires and (trace.ttl_values or not inst.params.get("fallback_on_pressure")):
+        return False
+    offset = sum(len(g.instances) for g in config.groups[:group_index])
+    mine = trace.records.insts == offset + instance_index
+    return bool((trace.records.kinds[mine] == REQUEST).all())
+
+
+def exact_rates(
+    config: OptimizeConfig, trace: LoadedTrace, result: OptimizeResult
+) -> list[ExactRates]:
+    """:class:`ExactRates` per instance, configuration order. O(keys) per touch order."""
+    from litehit_core.policy_replay.loop import WRITE
+
+    records = trace.records
+    out: list[ExactRates] = []
+    index = 0
+    for gi, group in enumerate(config.groups):
+        quota = group.quota_bytes
+        for ii, inst in enumerate(group.instances):
+            reads = [
+                r
+                for r in range(len(records.kinds))
+                if records.insts[r] == index and records.kinds[r] != WRITE
+            ]
+            rates: dict[str, float] = {}
+            tokens = int(trace.input_lens[reads].sum()) if reads else 0
+            for order in TOUCH_ORDERS:
+                spec = EngineSpec(model=touch_order_model(order))
+                engine = create_engine(spec)
+                projection = Projection(spec, inst.bytes_per_block)
+                units = None if quota < 0 else projection.units(quota)
+                hits = 0
+                for r in reads:
+                    keys = records.keys[records.key_off[r] : records.key_off[r + 1]].tolist()
+                    fact = engine.process_request(keys, int(records.times[r]))
+                    hits += (
+                        projection.infinite(fact) if units is None else projection.hits(fact, units)
+                    )
+                rates[order] = hits * inst.block_size / tokens if tokens else 0.0
+            out.append(
+                ExactRates(
+                    inst.instance_id,
+                    result.instances[index].capacity_blocks,
+                    rates,
+                    result.instances[index].hit_rate,
+                    exact_qualifies(config, trace, gi, ii),
+                )
+            )
+            index += 1
+    return out

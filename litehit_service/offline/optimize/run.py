@@ -1,0 +1,152 @@
+"""One ``litehit optimize`` run: configuration + trace -> replay -> per-instance results.
+
+:func:`build_setup` turns a validated configuration and its loaded trace into the compiled
+replay's :class:`~litehit_core.policy_replay.ReplaySetup` (groups' byte quotas, each
+instance's policy code and parameters from :data:`litehit_core.engine.POLICIES`);
+:func:`run_optimize` replays and gathers :class:`InstanceResult` per instance. Outputs
+(CSV, chart, summary) are :mod:`.outputs`'. Cost: the replay's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from litehit_core.policy_replay import InstanceSetup, ReplaySetup, replay
+from litehit_service.offline.optimize.config import OptimizeConfig
+from litehit_service.offline.optimize.rows import InstanceRows, instance_rows
+from litehit_service.offline.optimize.trace import LoadedTrace
+
+__all__ = ["InstanceResult", "OptimizeResult", "build_setup", "run_optimize"]
+
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceResult:
+    """One instance after the replay: its rows and totals. ``capacity_blocks``: the
+    group's quota in this instance's blocks (None = infinite)."""
+
+    instance_id: str
+    group_name: str
+    policy: str
+    rows: InstanceRows
+    peak_cached_blocks: int
+    cached_blocks: int
+    evicted_blocks: int
+    expired_blocks: int
+    written_blocks: int
+    capacity_blocks: int | None
+
+    @property
+    def hit_rate(self) -> float:
+        """Hit tokens / input tokens over every read (0 without reads)."""
+        total = self.rows.total_input_tokens
+        return self.rows.hit_tokens / total if total else 0.0
+
+    def summary(self) -> dict[str, object]:
+        """The machine-readable summary (``--json``)."""
+        return {
+            "instance_id": self.instance_id,
+            "group_name": self.group_name,
+            "eviction_policy_type": self.policy,
+            "reads": self.rows.reads,
+            "input_tokens": self.rows.total_input_tokens,
+            "hit_tokens": self.rows.hit_tokens,
+            "hit_rate": self.hit_rate,
+            "capacity_blocks": self.capacity_blocks,
+            "peak_cached_blocks": self.peak_cached_blocks,
+            "cached_blocks": self.cached_blocks,
+            "evicted_blocks": self.evicted_blocks,
+            "expired_blocks": self.expired_blocks,
+            "written_blocks": self.written_blocks,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizeResult:
+    """Every instance's result in configuration order, the replay's seconds and the bytes
+    its arrays held at the end."""
+
+    instances: tuple[InstanceResult, ...]
+    replay_seconds: float
+    memory_bytes: int
+
+
+def build_setup(config: OptimizeConfig, trace: LoadedTrace) -> ReplaySetup:
+    """The compiled replay's setup for ``config`` (module docstring). LocatedError naming
+    ``trace_replay.write_delay_ns`` when a write's due time would pass int64. O(config)."""
+    instances: list[InstanceSetup] = []
+    members: list[tuple[int, ...]] = []
+    for gi, group in enumerate(config.groups):
+        first = len(instances)
+        for inst in group.instances:
+            rate = inst.params.get("sample_rate")
+            sample = math.floor(config.batch_size / rate) if inst.policy.dense and rate else 0
+            instances.append(
+                InstanceSetup(
+                    kind=inst.policy.kind,
+                    group=gi,
+                    bytes_per_block=inst.bytes_per_block,
+                    sample=max(sample, 1) if inst.policy.dense else 0,
+                    fallback=bool(inst.params.get("fallback_on_pressure", True)),
+                    refresh=group.ttl_refresh_on_read,
+                    dense=inst.policy.dense,
+                )
+            )
+        members.append(tuple(range(first, len(instances))))
+    times = trace.records.times
+    if len(times) and int(times.max()) > _INT64_MAX - config.write_delay_ns:
+        raise config.error(
+            "trace_replay.write_delay_ns",
+            f"must keep every write's due time "
+            f"within int64 ns; the trace ends at {int(times.max())} ns, so at "
+            f"most {_INT64_MAX - int(times.max())}, got "
+            f"{config.write_delay_ns}",
+        )
+    return ReplaySetup(
+        instances=tuple(instances),
+        quotas=tuple(g.quota_bytes for g in config.groups),
+        members=tuple(members),
+        ttl_values=trace.ttl_values,
+        eviction_mode=config.eviction_mode,
+        batch=config.batch_size,
+        delay_ns=config.write_delay_ns,
+    )
+
+
+def run_optimize(
+    config: OptimizeConfig,
+    trace: LoadedTrace,
+    *,
+    progress: Callable[[int], object] | None = None,
+    check: bool = False,
+) -> OptimizeResult:
+    """Replay ``trace`` under ``config``; ``progress(n)`` hears records done. O(keys)."""
+    setup = build_setup(config, trace)
+    start = time.perf_counter()
+    result = replay(setup, trace.records, progress=progress, check=check)
+    seconds = time.perf_counter() - start
+    out: list[InstanceResult] = []
+    index = 0
+    for group in config.groups:
+        quota = group.quota_bytes
+        for inst in group.instances:
+            out.append(
+                InstanceResult(
+                    instance_id=inst.instance_id,
+                    group_name=group.group_name,
+                    policy=inst.policy.name,
+                    rows=instance_rows(trace, result.rows, index, inst.block_size),
+                    peak_cached_blocks=int(result.peak[index]),
+                    cached_blocks=int(result.cached[index]),
+                    evicted_blocks=int(result.evicted[index]),
+                    expired_blocks=int(result.expired[index]),
+                    written_blocks=int(result.written[index]),
+                    capacity_blocks=None if quota < 0 else quota // inst.bytes_per_block,
+                )
+            )
+            index += 1
+    return OptimizeResult(tuple(out), seconds, result.memory_bytes)

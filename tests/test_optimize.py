@@ -1,0 +1,350 @@
+"""``litehit optimize`` end to end: the spec's worked examples as literal asserts (through a
+configuration file and a trace file), the CSV's header and values, the summary and JSON,
+the chart, LiteHit's head-first identity (spec §7b) on the real Mooncake trace and on
+seeded traces, and bad input (exit code 2, a message naming field and value, nothing
+written)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from litehit_core.engine import EngineSpec, create_engine, touch_order_model
+from litehit_core.projector import Projection
+from litehit_service.offline.optimize.config import load_optimize_config
+from litehit_service.offline.optimize.rows import HEADER
+from litehit_service.offline.optimize.run import run_optimize
+from litehit_service.offline.optimize.trace import load_trace
+from tests.conftest import mooncake_trace, run_cli
+
+MIB_PER_TOKEN = 65536  # block_size 16 x 65536 B = 1 MiB a block: quota C/1024 GiB = C blocks
+
+
+def write_case(
+    tmp: Path,
+    records: list[dict],
+    *,
+    policy="lru",
+    blocks=-1,
+    mode=3,
+    batch=1,
+    delay=0,
+    group_extra=None,
+    instances=("a",),
+    params=None,
+) -> Path:
+    trace = tmp / "trace.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    group = {
+        "group_name": "g",
+        "quota_capacity": blocks / 1024 if blocks >= 0 else -1,
+        "used_percentage": 1.0,
+        "instances": [
+            {
+                "instance_id": i,
+                "block_size": 16,
+                "bytes_per_token": MIB_PER_TOKEN,
+                "eviction_policy_type": policy,
+                "eviction_policy_params": params or {},
+            }
+            for i in instances
+        ],
+    }
+    group.update(group_extra or {})
+    config = {
+        "trace_file_path": "trace.jsonl",
+        "output_result_path": "out",
+        "eviction_params": {"eviction_mode": mode, "eviction_batch_size_per_instance": batch},
+        "trace_replay": {"write_delay_ns": delay},
+        "instance_groups": [group],
+    }
+    path = tmp / "config.json"
+    path.write_text(json.dumps(config, indent=1))
+    return path
+
+
+def req(t, keys, inst="a", kind="request", **extra):
+    rec = {"type": kind, "instance_id": inst, "timestamp_ns": t, "keys": keys}
+    if kind != "write":
+        rec["input_len"] = 16 * len(keys) + 5  # a trailing partial block stays in the denominator
+    rec.update(extra)
+    return rec
+
+
+def hits(config_path: Path) -> dict[str, list[int]]:
+    config = load_optimize_config(config_path)
+    result = run_optimize(config, load_trace(config, max_line_bytes=1 << 20), check=True)
+    return {
+        r.instance_id: (r.rows.local_hits + r.rows.remote_hits).tolist() for r in result.instances
+    }
+
+
+def test_example_1_lru_versus_leaf_aware(tmp_path):
+    records = [
+        req(1, [1, 2, 3], kind="write"),
+        req(2, [7], kind="write"),
+        req(3, [1, 2, 3], kind="get"),
+    ]
+    assert hits(write_case(tmp_path, records, policy="lru", blocks=3)) == {"a": [0]}
+    assert hits(write_case(tmp_path, records, policy="leaf_aware_lru", blocks=3)) == {"a": [2]}
+
+
+def test_example_2_delayed_write(tmp_path):
+    records = [req(100, [1, 2]), req(105, [1, 2]), req(130, [1, 2])]
+    assert hits(write_case(tmp_path, records, delay=10)) == {"a": [0, 0, 2]}
+    assert hits(write_case(tmp_path, records, delay=0)) == {"a": [0, 2, 2]}
+
+
+def test_example_3_group_modes(tmp_path):
+    records = [
+        req(1, [1, 2, 3], "a"),
+        req(2, [9, 8], "b"),
+        req(3, [1, 2, 3], "a"),
+        req(4, [9, 8], "b"),
+    ]
+    case = {"blocks": 4, "instances": ("a", "b")}
+    assert hits(write_case(tmp_path, records, mode=3, **case)) == {"a": [0, 3], "b": [0, 0]}
+    assert hits(write_case(tmp_path, records, mode=1, **case)) == {"a": [0, 0], "b": [0, 0]}
+
+
+def test_example_4_ttl(tmp_path):
+    records = [req(t, [1, 2]) for t in (1000, 1050, 1200, 1290, 1500)]
+    for refresh in (True, False):
+        extra = {"default_block_ttl_seconds": 1e-7, "ttl_refresh_on_read": refresh}
+        path = write_case(tmp_path, records, policy="ttl", group_extra=extra)
+        assert hits(path) == {"a": [0, 2, 0, 2, 0]}
+
+
+def test_masks_and_write_ttls(tmp_path):
+    """A get's mask skips local misses and splits local from remote hits; a write's
+    ttl_us overrides the group default (-1: never expires)."""
+    records = [
+        req(10, [1, 2, 3], kind="write", ttl_us=-1),
+        req(20, [5], kind="write"),
+        req(30, [1, 2, 3], kind="get", block_mask=1),
+        req(40, [4, 9], kind="get", block_mask=[True, False]),
+        req(5000, [1, 2, 3], kind="get", block_mask=[False, True, False]),
+        req(5001, [5], kind="get"),
+    ]
+    path = write_case(
+        tmp_path, records, policy="ttl", group_extra={"default_block_ttl_seconds": 1e-6}
+    )
+    config = load_optimize_config(path)
+    result = run_optimize(config, load_trace(config, max_line_bytes=1 << 20), check=True)
+    rows = result.instances[0].rows
+    assert rows.local_hits.tolist() == [1, 0, 1, 0]
+    assert rows.remote_hits.tolist() == [2, 0, 2, 0]
+    assert result.instances[0].expired_blocks == 1  # [5] lived 1 us; [1, 2, 3] never expire
+
+
+def test_csv_header_values_and_summary(tmp_path):
+    records = [req(100, [1, 2]), req(105, [1, 2]), req(130, [1, 2], inst="a")]
+    path = write_case(tmp_path, records, delay=10)
+    done = run_cli("optimize", str(path), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "out" / "a_hit_rates.csv").read_text()
+    lines = text.splitlines()
+    assert lines[0] == HEADER
+    # 2 blocks of 16 tokens + 5 = 37 input tokens per read; the third read hits 32
+    assert lines[1:] == [
+        "100,0,0,2,0,0,0,37,0,0,0,0.000000,0.000000,0.000000,2,0,37,0,0,0,0.000000,0.000000,0.000000,0",
+        "105,0,0,2,0,0,0,37,0,0,0,0.000000,0.000000,0.000000,4,0,74,0,0,0,0.000000,0.000000,0.000000,0",
+        "130,2,2,2,0,2,2,37,0,32,32,0.000000,0.864865,0.864865,6,2,111,0,32,32,0.000000,0.288288,0.288288,4",
+    ]
+    summary = json.loads(done.stdout)
+    (inst,) = summary["instances"]
+    assert (
+        inst["reads"],
+        inst["hit_tokens"],
+        inst["input_tokens"],
+        inst["peak_cached_blocks"],
+    ) == (3, 32, 111, 2)
+    assert inst["hit_rate"] == pytest.approx(32 / 111)
+
+
+def test_chart_and_text_summary(tmp_path):
+    rng = random.Random(5)
+    records = [
+        req(t, [rng.randrange(4) for _ in range(rng.randint(1, 5))], inst=rng.choice("ab"))
+        for t in range(1, 400)
+    ]
+    path = write_case(
+        tmp_path,
+        records,
+        blocks=6,
+        instances=("a", "b"),
+        policy="random_lru",
+        params={"sample_rate": 0.5},
+    )
+    done = run_cli(
+        "optimize", str(path), "--draw-chart", "-o", str(tmp_path / "elsewhere"), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    png = tmp_path / "elsewhere" / "timeseries" / "multi_instance_cache_analysis.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (tmp_path / "elsewhere").glob("*.csv")) == [
+        "a_hit_rates.csv",
+        "b_hit_rates.csv",
+    ]
+    head, a, b = done.stdout.splitlines()[:3]
+    assert head.split()[:4] == ["instance", "policy", "reads", "hit"]
+    assert a.split()[:2] == ["a", "random_lru"] and b.split()[:2] == ["b", "random_lru"]
+    assert not (tmp_path / "out").exists()
+
+
+def _head_first_hits(reads, capacity_blocks, block_bytes):
+    spec = EngineSpec(model=touch_order_model("head-first"))
+    engine = create_engine(spec)
+    projection = Projection(spec, block_bytes)
+    units = projection.units(capacity_blocks * block_bytes)
+    return [projection.hits(engine.process_request(keys, t), units) for t, keys in reads]
+
+
+def _identity(tmp_path: Path, trace: Path, block_size: int, capacity_blocks: int, fmt: str):
+    config = {
+        "trace_file_path": str(trace),
+        "output_result_path": str(tmp_path / "out"),
+        "eviction_params": {"eviction_mode": 3, "eviction_batch_size_per_instance": 7},
+        "instance_groups": [
+            {
+                "group_name": "g",
+                "quota_capacity": capacity_blocks / 1024,
+                "used_percentage": 1.0,
+                "instances": [
+                    {
+                        "instance_id": "x",
+                        "block_size": block_size,
+                        "bytes_per_token": (1 << 20) // block_size,
+                        "eviction_policy_type": "lru",
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "identity.json"
+    path.write_text(json.dumps(config))
+    loaded_config = load_optimize_config(path)
+    trace_data = load_trace(loaded_config, trace_format=fmt, max_line_bytes=1 << 26)
+    result = run_optimize(loaded_config, trace_data)
+    records = trace_data.records
+    reads = [
+        (int(records.times[r]), records.keys[records.key_off[r] : records.key_off[r + 1]].tolist())
+        for r in range(len(records.kinds))
+    ]
+    rows = result.instances[0].rows
+    return (rows.local_hits + rows.remote_hits).tolist(), _head_first_hits(
+        reads, capacity_blocks, 1 << 20
+    )
+
+
+def test_lru_is_litehit_head_first_on_mooncake(tmp_path):
+    """Spec §7b on the real trace at a tenth of its unique blocks: request for request."""
+    trace = mooncake_trace("conversation_trace.jsonl")
+    unique = len(
+        {
+            k
+            for line in trace.read_text().splitlines()
+            for k in json.loads(line)["hash_ids"][: json.loads(line)["input_length"] // 512]
+        }
+    )
+    replayed, exact = _identity(tmp_path, trace, 512, unique // 10, "mooncake")
+    assert len(replayed) == 12031
+    assert sum(exact) > 1000
+    assert replayed == exact
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lru_is_litehit_head_first_on_seeded_traces(tmp_path, seed):
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(10**6) for _ in range(rng.randint(1, 6))] for _ in range(12)]
+    lines = []
+    for t in range(1, 1500):
+        keys = list(rng.choice(prefixes)) + [rng.randrange(10**6) for _ in range(rng.randint(0, 6))]
+        # prefix-chained keys, as LiteHit's engines take them
+        chained, h = [], 17
+        for k in keys:
+            h = (h * 1_000_003 + k) % (1 << 62)
+            chained.append(h)
+        lines.append(
+            json.dumps(
+                {
+                    "type": "request",
+                    "instance_id": "x",
+                    "timestamp_ns": t * 10,
+                    "keys": chained,
+                    "input_len": 16 * len(keys) + 3,
+                }
+            )
+        )
+    trace = tmp_path / "seeded.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    replayed, exact = _identity(tmp_path, trace, 16, rng.randint(5, 60), "standard")
+    assert sum(exact) > 100
+    assert replayed == exact
+
+
+def _fails(tmp_path: Path, config: Path, *message: str) -> None:
+    done = run_cli("optimize", str(config), "--draw-chart", cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    for part in message:
+        assert part in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"policy": "lfu"}, ("eviction_policy_type: must be one of", "'lfu'")),
+        (
+            {"policy": "random_lru", "params": {"sample_rate": 0}},
+            ("sample_rate: must be a number in (0, 1], got 0",),
+        ),
+        ({"policy": "random_lru", "params": {"sample_rate": 1.5}}, ("got 1.5",)),
+        (
+            {"group_extra": {"used_percentage": 0}},
+            ("used_percentage: must be a number in (0, 1], got 0",),
+        ),
+        ({"group_extra": {"used_percentage": 1.2}}, ("got 1.2",)),
+        ({"instances": ("a", "a")}, ("instance 'a' is already configured",)),
+        (
+            {"group_extra": {"tier_strategy": {"hierarchical_eviction_enabled": True}}},
+            ("tier_strategy.hierarchical_eviction_enabled", "tiered configuration"),
+        ),
+        (
+            {"group_extra": {"colour": "red"}},
+            ("instance_groups[0].colour: unknown field 'colour'",),
+        ),
+        ({"mode": 0}, ("eviction_mode: must be 1, 2 or 3, got 0",)),
+    ],
+)
+def test_bad_configuration(tmp_path, change, message):
+    _fails(tmp_path, write_case(tmp_path, [req(1, [1])], **change), "config.json:", *message)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (
+            req(5, [1], inst="nobody"),
+            "trace.jsonl:2: instance_id: instance 'nobody' is not configured",
+        ),
+        (
+            {**req(5, [1, 2]), "input_len": 31},
+            "trace.jsonl:2: keys: 2 keys but input_len 31 holds 1",
+        ),
+        (req(5, [1], kind="get", ttl_us=5), "trace.jsonl:2: field 'ttl_us'"),
+        (req(5, [1, 2], kind="get", block_mask=3), "trace.jsonl:2: field 'block_mask'"),
+        (req(5, [1], kind="write", block_mask=1), "trace.jsonl:2: field 'block_mask'"),
+    ],
+)
+def test_bad_record(tmp_path, record, message):
+    _fails(tmp_path, write_case(tmp_path, [req(1, [1]), record]), message)
+
+
+def test_unsorted_trace_is_sorted_stably(tmp_path):
+    records = [req(30, [1, 2], kind="get"), req(10, [1, 2], kind="write"), req(30, [1], kind="get")]
+    assert hits(write_case(tmp_path, records)) == {"a": [2, 1]}
