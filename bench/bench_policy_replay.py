@@ -58,8 +58,15 @@ def load(path: Path, copies: int) -> tuple[ReplayRecords, int]:
     step = int(t.max()) + 1
     all_t = np.concatenate([t + c * step for c in range(copies)])
     n = len(all_lens)
-    records = ReplayRecords(np.full(n, REQUEST, np.int8), np.zeros(n, np.int32), all_t, off,
-                            keys, np.zeros(len(keys), np.uint8), np.full(n, -1, np.int32))
+    records = ReplayRecords(
+        np.full(n, REQUEST, np.int8),
+        np.zeros(n, np.int32),
+        all_t,
+        off,
+        keys,
+        np.zeros(len(keys), np.uint8),
+        np.full(n, -1, np.int32),
+    )
     return records, len(np.unique(keys))
 
 
@@ -78,15 +85,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import libcachesim as lcs
 
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.2f}; {args.trace}")
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+        f"{os.getloadavg()[0]:.2f}; {args.trace}"
+    )
     per_request: dict[int, float] = {}
     for copies in args.copies:
         records, unique = load(args.trace, copies)
         capacity = unique // 10
         replay(setup_for("lru", capacity), records)  # load the compiled kernels
         sides = {
-            policy: (lambda policy=policy: replay(setup_for(policy, capacity), records))
+            policy: (
+                lambda policy=policy, capacity=capacity, records=records: replay(
+                    setup_for(policy, capacity), records
+                )
+            )
             for policy in ("lru", "random_lru", "leaf_aware_lru")
         }
         with tempfile.TemporaryDirectory(prefix="bench_policy_") as tmp:
@@ -94,23 +107,29 @@ def main(argv: list[str] | None = None) -> int:
             write_oracle_general(records.keys, trace_file)
             power = math.ceil(math.log2(unique)) + 1
 
-            def lcs_pass() -> None:
+            def lcs_pass(
+                trace_file: Path = trace_file, capacity: int = capacity, power: int = power
+            ) -> None:
                 reader = lcs.TraceReader(str(trace_file), lcs.TraceType.ORACLE_GENERAL_TRACE)
                 lcs.LRU(capacity, hashpower=power).process_trace(reader)
 
             sides["libCacheSim LRU"] = lcs_pass
             times = interleaved(sides, args.repeat)
         n = len(records.kinds)
-        print(f"{copies} cop{'y' if copies == 1 else 'ies'}: {n:,} requests, "
-              f"{len(records.keys):,} block accesses, {unique:,} unique blocks, capacity "
-              f"{capacity:,} blocks, hash power {power}")
+        print(
+            f"{copies} cop{'y' if copies == 1 else 'ies'}: {n:,} requests, "
+            f"{len(records.keys):,} block accesses, {unique:,} unique blocks, capacity "
+            f"{capacity:,} blocks, hash power {power}"
+        )
         base = min(times["libCacheSim LRU"])
         for name, t in times.items():
             ratio = "" if name.startswith("libCacheSim") else f"  {min(t) / base:.2f}x libCacheSim"
             print(f"  {name:18s} {show(t)}{ratio}")
         result = replay(setup_for("lru", capacity), records)
-        print(f"  lru memory: {result.memory_bytes / capacity:.1f} B per cached block "
-              f"({result.memory_bytes:,} B, {int(result.cached[0]):,} cached)")
+        print(
+            f"  lru memory: {result.memory_bytes / capacity:.1f} B per cached block "
+            f"({result.memory_bytes:,} B, {int(result.cached[0]):,} cached)"
+        )
         per_request[copies] = min(times["lru"]) / n
     if len(per_request) > 1:
         first = min(per_request)

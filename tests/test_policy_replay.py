@@ -18,6 +18,7 @@ from litehit_core.policy_replay.loop import GET, REQUEST, WRITE
 from tests.policy_oracle import Oracle
 
 replay_module = importlib.import_module("litehit_core.policy_replay.replay")
+state_module = importlib.import_module("litehit_core.policy_replay.state")
 _KINDS = {"get": GET, "write": WRITE, "request": REQUEST}
 
 
@@ -182,12 +183,31 @@ def test_infinite_quota_never_evicts():
 
 
 def test_growth_across_many_chunks(monkeypatch):
-    """Tiny chunks force the node arrays, the index and the dense segments to grow many
-    times mid-replay (and pending writes to cross chunk boundaries)."""
-    monkeypatch.setattr(replay_module, "CHUNK_KEYS", 7)
+    """Two node slots to start with and tiny chunks: the node arrays, the index and the
+    dense segments grow many times mid-replay, with pending writes across the stops."""
+    monkeypatch.setattr(replay_module, "CHUNK_RECORDS", 7)
+    monkeypatch.setattr(state_module, "MIN_NODES", 2)
     rng = random.Random(11)
     records = random_trace(rng, 3, 400, ("get", "write", "request"), (0, 30))
     expected, got, _ = run_both(
         ["random_lru", "ttl", "leaf_aware_lru"], [0, 0, 1], [40, 25], 3, 2, 13, records
     )
     assert got == expected
+
+
+def test_memory_follows_the_cache_not_the_trace():
+    """30,000 requests writing ~150,000 distinct blocks through a 64-block cache: the
+    arrays stay near the cached blocks (a bug that reserved room for every key written
+    so far passed every exactness test)."""
+    rng = random.Random(2)
+    records = [("request", 0, t, [rng.randrange(1 << 40) for _ in range(5)], [0] * 5, 0)
+               for t in range(30_000)]  # fmt: skip
+    for policy in ("lru", "random_lru", "leaf_aware_lru"):
+        p = POLICIES[policy]
+        setup = ReplaySetup(
+            (InstanceSetup(p.kind, 0, 1, 10 if p.dense else 0, True, True, p.dense),),
+            (64,), ((0,),), (), 3, 1, 0,
+        )  # fmt: skip
+        result = replay(setup, to_arrays(records, []))
+        assert result.peak[0] == 64
+        assert result.memory_bytes < 40_000, (policy, result.memory_bytes)

@@ -20,7 +20,7 @@ from litehit_core.policy_replay.state import CACHED, CACHED_ALL, NONE, SEQ, Repl
 __all__ = ["expire", "read", "remove_block", "write"]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _next_seq(a: ReplayArrays) -> np.int64:
     value = a.scalars[SEQ]
     a.scalars[SEQ] = value + 1

@@ -10,14 +10,25 @@ from __future__ import annotations
 import numpy as np
 
 from litehit_core.policy_replay import leaf_aware_lru, random_lru, ttl
-from litehit_core.policy_replay.state import CACHED, CACHED_ALL, NODES, NONE, ReplayArrays
+from litehit_core.policy_replay.state import (
+    CACHED,
+    CACHED_ALL,
+    HIGH,
+    NODES,
+    NONE,
+    PENDING,
+    ReplayArrays,
+)
 
 __all__ = ["check_arrays"]
 
 
 def check_arrays(a: ReplayArrays) -> None:
     """Verify every invariant of ``a`` (module docstring). O(nodes x depth)."""
-    live = [n for n in range(len(a.key)) if a.flags[n] & CACHED or a.children[n] > 0]
+    assert a.scalars[PENDING] >= 0, "pending keys are never negative"
+    high = int(a.scalars[HIGH])
+    assert high <= len(a.key), "the high-water mark is inside the arrays"
+    live = [n for n in range(high) if a.flags[n] & CACHED or a.children[n] > 0]
     assert len(live) == a.scalars[NODES], ("live nodes", len(live), int(a.scalars[NODES]))
     indexed = sorted(int(v) - 1 for v in a.table if v)
     assert indexed == live, "the index holds exactly the live nodes"

@@ -40,7 +40,7 @@ _LRU, _RANDOM, _LEAF, _TTL = lru.KIND, random_lru.KIND, leaf_aware_lru.KIND, ttl
 assert sorted(m.KIND for m in POLICY_MODULES.values()) == list(range(len(POLICY_MODULES)))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_write(
     a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool, now: np.int64, bucket: np.int64
 ) -> None:
@@ -56,7 +56,7 @@ def on_write(
         ttl.on_write(a, inst, node, inserted, now, bucket)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_access(a: ReplayArrays, inst: np.int64, node: np.int64, now: np.int64) -> None:
     """The instance's policy hears that a read at ``now`` hit ``node``."""
     kind = a.kind[inst]
@@ -70,7 +70,7 @@ def on_access(a: ReplayArrays, inst: np.int64, node: np.int64, now: np.int64) ->
         ttl.on_access(a, inst, node, now)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """The instance's policy lets ``node`` go (before the cache forgets it)."""
     kind = a.kind[inst]
@@ -84,7 +84,7 @@ def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
         ttl.on_remove(a, inst, node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray) -> np.int64:
     """Up to ``m`` victims of the instance's policy into ``out``; how many."""
     kind = a.kind[inst]
@@ -97,7 +97,7 @@ def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray
     return ttl.choose_victims(a, inst, m, out)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def one_shot(a: ReplayArrays, inst: np.int64) -> bool:
     """Whether one ``choose_victims`` call is all the instance's policy gives per request."""
     kind = a.kind[inst]
@@ -110,13 +110,13 @@ def one_shot(a: ReplayArrays, inst: np.int64) -> bool:
     return lru.ONE_SHOT
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def expires(a: ReplayArrays, inst: np.int64) -> bool:
     """Whether the instance's policy expires blocks by time."""
     return a.kind[inst] == _TTL
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def next_expired(a: ReplayArrays, inst: np.int64, now: np.int64) -> np.int64:
     """A block of the instance expired at ``now``, or -1."""
     if a.kind[inst] == _TTL:

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from litehit_core.kernels import home_slot
-from litehit_core.policy_replay.state import FREE_HEAD, NODES, NONE, ReplayArrays
+from litehit_core.policy_replay.state import FREE_HEAD, HIGH, NODES, NONE, ReplayArrays
 
 __all__ = ["find", "add", "delete", "rebuild_table"]
 
@@ -50,7 +50,11 @@ def add(a: ReplayArrays, parent: np.int64, key: np.int64) -> np.int64:
     the free slots and indexed; its parent's ``children`` grows by one. The caller has
     reserved room. O(1) expected."""
     node = a.scalars[FREE_HEAD]
-    a.scalars[FREE_HEAD] = a.next[node]
+    if node == NONE:
+        node = a.scalars[HIGH]
+        a.scalars[HIGH] = node + 1
+    else:
+        a.scalars[FREE_HEAD] = a.next[node]
     a.scalars[NODES] += 1
     a.key[node] = key
     a.parent[node] = parent
@@ -104,7 +108,7 @@ def rebuild_table(a: ReplayArrays) -> None:
     when cached or when it has children (free slots are neither). O(nodes)."""
     table = a.table
     mask = np.int64(len(table) - 1)
-    for node in range(len(a.key)):
+    for node in range(a.scalars[HIGH]):
         if a.flags[node] == 0 and a.children[node] == 0:
             continue
         slot = _home(np.int64(a.parent[node]), a.key[node], mask)

@@ -26,7 +26,7 @@ ONE_SHOT = False
 """Victims come one per call; the caller asks again until it has enough."""
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) -> None:
     """A write inserted ``node`` (a new leaf; ``cached_children`` of its parent already
     counts it) or rewrote it."""
@@ -39,14 +39,14 @@ def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) ->
         move_to_tail(a.prev, a.next, a.head, a.tail, inst, node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_access(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """A read hit ``node``: the newest of the list if it is in it."""
     if a.cached_children[node] == 0:
         move_to_tail(a.prev, a.next, a.head, a.tail, inst, node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """``node`` (evictable) leaves; its parent enters the list if ``node`` was its last
     cached child (``cached_children`` still counts it)."""
@@ -56,7 +56,7 @@ def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
         insert_ordered(a.prev, a.next, a.head, a.tail, inst, parent, a.seq)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray) -> np.int64:
     """One victim (the oldest evictable block) into ``out``, or none. O(1)."""
     node = a.head[inst]

@@ -21,7 +21,13 @@ from numba import njit
 from litehit_core.policy_replay.blocks import expire, read, write
 from litehit_core.policy_replay.dispatch import expires
 from litehit_core.policy_replay.quota import evict
-from litehit_core.policy_replay.state import CACHED_ALL, ReplayArrays
+from litehit_core.policy_replay.state import (
+    CACHED_ALL,
+    PENDING,
+    ReplayArrays,
+    as_struct,
+    room_needed,
+)
 
 __all__ = ["GET", "REQUEST", "ROW_FIELDS", "WRITE", "flush", "replay_chunk"]
 
@@ -77,13 +83,14 @@ def _pending(
         _apply_write(
             a, np.int64(insts[wp]), keys, key_off[wp], key_off[wp + 1], due, np.int64(buckets[wp])
         )
+        a.scalars[PENDING] -= key_off[wp + 1] - key_off[wp]
         wp += 1
     return wp
 
 
 @njit(cache=True, nogil=True)
 def replay_chunk(
-    a: ReplayArrays,
+    arrays: ReplayArrays,
     kinds: np.ndarray,
     insts: np.ndarray,
     times: np.ndarray,
@@ -97,12 +104,20 @@ def replay_chunk(
     wp: np.int64,
     rows: np.ndarray,
     row: np.int64,
-) -> tuple[np.int64, np.int64]:
+) -> tuple[np.int64, np.int64, np.int64]:
     """Replay records ``start..stop-1`` (``wp``: the first request whose write may still be
-    pending; ``row``: the next row of ``rows`` to fill). Returns the new ``(wp, row)``.
-    The caller has reserved room for every node and dense entry the chunk can add.
-    O(keys) plus the policies' eviction costs."""
+    pending; ``row``: the next row of ``rows`` to fill). Returns ``(r, wp, row)``: ``r`` the
+    first record not replayed -- ``stop``, or earlier when the arrays lack room for what
+    record ``r`` may write (its own keys and every pending write: ``a.scalars[PENDING]``);
+    the caller grows them (:func:`~litehit_core.policy_replay.state.reserve`) and calls
+    again from ``r``. O(keys) plus the policies' eviction costs."""
+    a = as_struct(arrays)
     for r in range(start, stop):
+        extra = a.scalars[PENDING]
+        if kinds[r] == WRITE:
+            extra += key_off[r + 1] - key_off[r]
+        if room_needed(a, extra):
+            return np.int64(r), wp, row
         now = times[r]
         wp = _pending(a, kinds, insts, times, key_off, keys, buckets, delay, wp, r, now)
         inst = np.int64(insts[r])
@@ -114,6 +129,8 @@ def replay_chunk(
         if expires(a, inst):
             expire(a, inst, now)
         local_hits, remote_hits = read(a, inst, keys, local, lo, hi, now)
+        if kinds[r] == REQUEST:
+            a.scalars[PENDING] += hi - lo
         rows[row, 0] = r
         rows[row, 1] = local_hits
         rows[row, 2] = remote_hits
@@ -121,12 +138,12 @@ def replay_chunk(
         rows[row, 4] = a.scalars[CACHED_ALL]
         rows[row, 5] = a.acc_write[inst]
         row += 1
-    return wp, row
+    return np.int64(stop), wp, row
 
 
 @njit(cache=True, nogil=True)
 def flush(
-    a: ReplayArrays,
+    arrays: ReplayArrays,
     kinds: np.ndarray,
     insts: np.ndarray,
     times: np.ndarray,
@@ -140,7 +157,7 @@ def flush(
     """Apply every write still pending among records before ``stop`` (the end of the
     trace: they produce no rows). Returns the new ``wp``."""
     return _pending(
-        a,
+        as_struct(arrays),
         kinds,
         insts,
         times,

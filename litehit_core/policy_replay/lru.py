@@ -21,7 +21,7 @@ ONE_SHOT = False
 """``choose_victims`` returns all it can at once (the caller need not ask again)."""
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) -> None:
     """A write inserted ``node`` (``inserted``) or rewrote it: it becomes the newest."""
     if inserted:
@@ -30,19 +30,19 @@ def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) ->
         move_to_tail(a.prev, a.next, a.head, a.tail, inst, node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_access(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """A read hit ``node``: it becomes the newest."""
     move_to_tail(a.prev, a.next, a.head, a.tail, inst, node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """``node`` leaves the cache."""
     unlink(a.prev, a.next, a.head, a.tail, inst, node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray) -> np.int64:
     """Up to ``m`` victims into ``out``, oldest first: the list's head. O(m)."""
     k = np.int64(0)

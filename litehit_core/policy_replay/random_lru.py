@@ -26,7 +26,7 @@ ONE_SHOT = True
 """One draw per call: the caller must not ask again for the victims a call did not give."""
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) -> None:
     """A write inserted ``node`` (appended to the dense array; ``cached`` already counts
     it) or rewrote it (nothing to do: ``seq`` orders the sample)."""
@@ -36,12 +36,12 @@ def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) ->
         a.prev[node] = pos
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_access(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """A read hit ``node``: nothing to do (``seq`` orders the sample)."""
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """``node`` leaves: the last block of the dense array moves into its place
     (``cached`` still counts ``node``)."""
@@ -52,7 +52,7 @@ def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     a.prev[last] = pos
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _next(x: np.uint64) -> np.uint64:
     x ^= x << np.uint64(13)
     x ^= x >> np.uint64(7)

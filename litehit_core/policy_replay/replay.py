@@ -9,17 +9,17 @@ reads), the records themselves aside.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
 from litehit_core.policy_replay.check import check_arrays
 from litehit_core.policy_replay.index import rebuild_table
-from litehit_core.policy_replay.loop import GET, ROW_FIELDS, flush, replay_chunk
+from litehit_core.policy_replay.loop import ROW_FIELDS, WRITE, flush, replay_chunk
 from litehit_core.policy_replay.state import (
+    PENDING,
     InstanceSetup,
-    ReplayArrays,
     allocate,
     memory_bytes,
     reserve,
@@ -27,8 +27,8 @@ from litehit_core.policy_replay.state import (
 
 __all__ = ["ReplayRecords", "ReplayResult", "ReplaySetup", "replay"]
 
-CHUNK_KEYS = 1 << 20
-"""Most keys written per compiled chunk (bounds what a chunk reserves)."""
+CHUNK_RECORDS = 1 << 14
+"""Records per compiled call between progress reports."""
 
 
 class ReplayRecords(NamedTuple):
@@ -95,48 +95,31 @@ def replay(
     )
     n_records = len(records.kinds)
     lens = np.diff(records.key_off)
-    writes = np.where(records.kinds != GET, lens, 0)
-    n_reads = int(np.count_nonzero(records.kinds != 1))
+    n_reads = int(np.count_nonzero(records.kinds != WRITE))
     rows = np.zeros((n_reads, len(ROW_FIELDS)), dtype=np.int64)
-    dense = [s.dense for s in setup.instances]
     delay = np.int64(setup.delay_ns)
     wp = np.int64(0)
     row = np.int64(0)
-    for start, stop in _chunks(writes):
-        arrays = _reserve(arrays, records, writes, dense, int(wp), stop)
-        wp, row = replay_chunk(
-            arrays,
-            records.kinds,
-            records.insts,
-            records.times,
-            records.key_off,
-            records.keys,
-            records.local,
-            records.buckets,
-            delay,
-            np.int64(start),
-            np.int64(stop),
-            wp,
-            rows,
-            row,
-        )
+    for start, stop in _chunks(n_records):
+        pos = np.int64(start)
+        while pos < stop:
+            pos, wp, row = replay_chunk(
+                arrays, records.kinds, records.insts, records.times, records.key_off,
+                records.keys, records.local, records.buckets, delay, pos, np.int64(stop),
+                wp, rows, row,
+            )  # fmt: skip
+            if pos < stop:
+                extra = int(arrays.scalars[PENDING])
+                if records.kinds[pos] == WRITE:
+                    extra += int(lens[pos])
+                arrays = reserve(arrays, extra, rebuild_table)
         if check:
             check_arrays(arrays)
         if progress is not None:
             progress(stop - start)
-    arrays = _reserve(arrays, records, writes, dense, int(wp), n_records)
-    flush(
-        arrays,
-        records.kinds,
-        records.insts,
-        records.times,
-        records.key_off,
-        records.keys,
-        records.buckets,
-        delay,
-        wp,
-        np.int64(n_records),
-    )
+    arrays = reserve(arrays, int(arrays.scalars[PENDING]), rebuild_table)
+    flush(arrays, records.kinds, records.insts, records.times, records.key_off, records.keys,
+          records.buckets, delay, wp, np.int64(n_records))  # fmt: skip
     if check:
         check_arrays(arrays)
     return ReplayResult(
@@ -156,34 +139,7 @@ def _ttl_kind() -> int:
     return ttl.KIND
 
 
-def _chunks(writes: np.ndarray) -> list[tuple[int, int]]:
-    """Record ranges writing at most :data:`CHUNK_KEYS` keys each (at least one record)."""
-    n = len(writes)
-    if n == 0:
-        return []
-    total = np.cumsum(writes)
-    bounds = [0]
-    while bounds[-1] < n:
-        start = bounds[-1]
-        base = int(total[start - 1]) if start else 0
-        stop = int(np.searchsorted(total, base + CHUNK_KEYS, side="right"))
-        bounds.append(max(stop, start + 1))
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _reserve(
-    arrays: ReplayArrays,
-    records: ReplayRecords,
-    writes: np.ndarray,
-    dense: Sequence[bool],
-    wp: int,
-    stop: int,
-) -> ReplayArrays:
-    """Room for every write applied while replaying up to ``stop`` (pending ones from
-    ``wp`` on included)."""
-    new_nodes = int(writes[wp:stop].sum())
-    needs = [-1] * len(dense)
-    if any(dense):
-        per = np.bincount(records.insts[wp:stop], weights=writes[wp:stop], minlength=len(dense))
-        needs = [int(per[i]) if d else -1 for i, d in enumerate(dense)]
-    return reserve(arrays, new_nodes, needs, rebuild_table)
+def _chunks(n_records: int) -> list[tuple[int, int]]:
+    """Record ranges of :data:`CHUNK_RECORDS` (progress is reported between them)."""
+    starts = range(0, n_records, CHUNK_RECORDS)
+    return [(start, min(start + CHUNK_RECORDS, n_records)) for start in starts]

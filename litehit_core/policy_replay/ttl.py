@@ -35,12 +35,12 @@ ONE_SHOT = False
 """As ``lru``: all victims at once."""
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _list(a: ReplayArrays, inst: np.int64, bucket: np.int64) -> np.int64:
     return inst * len(a.ttl_values) + bucket
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_write(
     a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool, now: np.int64, bucket: np.int64
 ) -> None:
@@ -59,7 +59,7 @@ def on_write(
         append(a.tprev, a.tnext, a.thead, a.ttail, _list(a, inst, bucket), node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_access(a: ReplayArrays, inst: np.int64, node: np.int64, now: np.int64) -> None:
     """A read hit ``node`` at ``now``: newest in recency; re-anchored when the group
     refreshes TTLs on reads."""
@@ -71,7 +71,7 @@ def on_access(a: ReplayArrays, inst: np.int64, node: np.int64, now: np.int64) ->
             move_to_tail(a.tprev, a.tnext, a.thead, a.ttail, _list(a, inst, bucket), node)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     """``node`` leaves both lists."""
     lru.on_remove(a, inst, node)
@@ -81,7 +81,7 @@ def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
         a.bucket[node] = NONE
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray) -> np.int64:
     """As ``lru`` with ``fallback_on_pressure``; none without it."""
     if not a.fallback[inst]:
