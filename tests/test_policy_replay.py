@@ -211,3 +211,21 @@ def test_memory_follows_the_cache_not_the_trace():
         result = replay(setup, to_arrays(records, []))
         assert result.peak[0] == 64
         assert result.memory_bytes < 40_000, (policy, result.memory_bytes)
+
+
+def test_the_kernels_struct_takes_every_array_in_order():
+    """``as_struct`` lists ReplayArrays' fields by hand (a structref constructor is
+    positional): a field left out fails to compile, but two arrays of one dtype swapped
+    would compile and corrupt the replay -- the source must list them in field order."""
+    import ast
+    import inspect
+
+    from litehit_core.policy_replay import state
+
+    tree = ast.parse(inspect.getsource(state.as_struct))
+    (call,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_State"
+    ]
+    assert [arg.attr for arg in call.args] == list(state.ReplayArrays._fields)

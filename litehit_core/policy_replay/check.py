@@ -82,6 +82,7 @@ def _check_policy(a: ReplayArrays, inst: int, mine: list[int]) -> None:
         assert dense == mine, "the dense array holds exactly the cached blocks"
         for node in mine:
             assert a.dense[start + a.prev[node]] == node, "dense positions"
+            assert a.dense_seq[start + a.prev[node]] == a.seq[node], "dense_seq mirrors seq"
         return
     order = _walk(a, a.prev, a.next, int(a.head[inst]), int(a.tail[inst]))
     seqs = [int(a.seq[n]) for n in order]

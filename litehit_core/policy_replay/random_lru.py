@@ -29,16 +29,19 @@ ONE_SHOT = True
 @njit(cache=True, nogil=True)
 def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) -> None:
     """A write inserted ``node`` (appended to the dense array; ``cached`` already counts
-    it) or rewrote it (nothing to do: ``seq`` orders the sample)."""
+    it) or rewrote it; either way its new ``seq`` goes to ``dense_seq``."""
+    start = a.dense_start[inst]
     if inserted:
         pos = a.cached[inst] - 1
-        a.dense[a.dense_start[inst] + pos] = node
+        a.dense[start + pos] = node
         a.prev[node] = pos
+    a.dense_seq[start + a.prev[node]] = a.seq[node]
 
 
 @njit(cache=True, nogil=True)
 def on_access(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
-    """A read hit ``node``: nothing to do (``seq`` orders the sample)."""
+    """A read hit ``node``: its new ``seq`` goes to ``dense_seq``."""
+    a.dense_seq[a.dense_start[inst] + a.prev[node]] = a.seq[node]
 
 
 @njit(cache=True, nogil=True)
@@ -47,8 +50,10 @@ def on_remove(a: ReplayArrays, inst: np.int64, node: np.int64) -> None:
     (``cached`` still counts ``node``)."""
     start = a.dense_start[inst]
     pos = np.int64(a.prev[node])
-    last = a.dense[start + a.cached[inst] - 1]
+    last_pos = start + a.cached[inst] - 1
+    last = a.dense[last_pos]
     a.dense[start + pos] = last
+    a.dense_seq[start + pos] = a.dense_seq[last_pos]
     a.prev[last] = pos
 
 
@@ -58,6 +63,25 @@ def _next(x: np.uint64) -> np.uint64:
     x ^= x >> np.uint64(7)
     x ^= x << np.uint64(17)
     return x
+
+
+_FAST_MOD_FROM = 4096
+"""From this many blocks on, ``x mod n`` is computed through a float reciprocal and
+corrected exactly (a 64-bit division costs tens of cycles; a RandomLRU call draws
+``sample`` of them)."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _mod(x: np.uint64, n: np.uint64, inv: np.float64) -> np.uint64:
+    """``x mod n`` exactly, for ``n >= _FAST_MOD_FROM``: the quotient estimated in float64
+    (off by at most 2**11 / n < 1 for such n), then corrected by whole ``n``."""
+    q = np.uint64(np.float64(x) * inv)
+    r = x - q * n  # wraps below zero when q is one too large
+    while np.int64(r) < 0:
+        r += n
+    while r >= n:
+        r -= n
+    return r
 
 
 @njit(cache=True, nogil=True)
@@ -70,14 +94,17 @@ def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray
     k = min(m, n, a.sample[inst])
     if k <= 0:
         return np.int64(0)
-    seq = a.seq
+    seq = a.dense_seq
     start = a.dense_start[inst]
     x = a.rng[inst]
     count = np.int64(0)
+    un = np.uint64(n)
+    fast = n >= _FAST_MOD_FROM
+    inv = 1.0 / np.float64(n)
     for _ in range(draws):
         x = _next(x)
-        node = a.dense[start + np.int64(x % np.uint64(n))]
-        value = seq[node]
+        pos = start + np.int64(_mod(x, un, inv) if fast else x % un)
+        value = seq[pos]
         if count == k:
             if value >= seq[out[k - 1]]:
                 continue
@@ -86,7 +113,9 @@ def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray
         while j > 0 and seq[out[j - 1]] > value:
             out[j] = out[j - 1]
             j -= 1
-        out[j] = node
+        out[j] = pos
         count += 1
     a.rng[inst] = x
+    for j in range(count):  # positions -> blocks (nothing moved while drawing)
+        out[j] = a.dense[out[j]]
     return count

@@ -19,7 +19,7 @@ numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one
   ``evicted`` / ``expired`` (blocks evicted for capacity / removed by TTL), ``sample``
   (RandomLRU's draws per call), ``rng`` (its xorshift64 state), ``fallback`` and
   ``refresh`` (TTL's options), ``dense_start``, ``dense_cap`` (RandomLRU's segment of
-  ``dense``);
+  ``dense`` and of ``dense_seq``, the same blocks' ``seq``, so a draw reads one array);
 - **groups**: ``quota`` (bytes, -1 = infinite), ``usage`` (bytes), ``members`` (instance
   indices in configuration order, group g's at ``member_off[g]:member_off[g + 1]``);
 - ``scalars`` (:data:`SEQ`, :data:`FREE_HEAD`, :data:`NODES`, :data:`CACHED_ALL`,
@@ -115,6 +115,7 @@ class ReplayArrays(NamedTuple):
     dense_start: np.ndarray
     dense_cap: np.ndarray
     dense: np.ndarray
+    dense_seq: np.ndarray
     ttl_values: np.ndarray
     thead: np.ndarray
     ttail: np.ndarray
@@ -178,6 +179,7 @@ def as_struct(a: ReplayArrays) -> _State:
         a.dense_start,
         a.dense_cap,
         a.dense,
+        a.dense_seq,
         a.ttl_values,
         a.thead,
         a.ttail,
@@ -263,6 +265,7 @@ def allocate(
         dense_start=np.zeros(n_inst, dtype=np.int64),
         dense_cap=np.zeros(n_inst, dtype=np.int64),
         dense=np.zeros(0, dtype=np.int32),
+        dense_seq=np.zeros(0, dtype=np.int64),
         ttl_values=np.array(ttl_values, dtype=np.int64),
         thead=np.full(n_inst * n_buckets, NONE, dtype=np.int32),
         ttail=np.full(n_inst * n_buckets, NONE, dtype=np.int32),
@@ -341,14 +344,16 @@ def _grow_dense(arrays: ReplayArrays, extra: int) -> ReplayArrays:
     starts = np.zeros(len(new_caps), dtype=np.int64)
     starts[1:] = np.cumsum(new_caps)[:-1]
     dense = np.zeros(int(new_caps.sum()), dtype=np.int32)
+    dense_seq = np.zeros(int(new_caps.sum()), dtype=np.int64)
     for i, extra in enumerate(dense_needs):
         if extra >= 0 and caps[i]:
             count = int(arrays.cached[i])
             old = int(arrays.dense_start[i])
             dense[starts[i] : starts[i] + count] = arrays.dense[old : old + count]
+            dense_seq[starts[i] : starts[i] + count] = arrays.dense_seq[old : old + count]
     arrays.dense_start[:] = starts
     arrays.dense_cap[:] = new_caps
-    return arrays._replace(dense=dense)
+    return arrays._replace(dense=dense, dense_seq=dense_seq)
 
 
 def memory_bytes(arrays: ReplayArrays) -> int:
