@@ -44,7 +44,7 @@ COPY --from=builder /wheels/ /tmp/wheels/
 # 13.8 s, then 0.8 s cached; 2026-12-04, 2 cores, load 2.4: bench/README.md, issue 21).
 RUN pip install /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels \
- && python -c "from litehit_core import compact_lite_hit, hybrid; hybrid.warm_up(); compact_lite_hit.warm_up()" \
+ && python -c "from litehit_core import compact_lite_hit, hybrid, policy_replay; hybrid.warm_up(); compact_lite_hit.warm_up(); policy_replay.warm_up()" \
  && chown -R litehit:litehit /home/litehit/.cache
 
 USER litehit

@@ -15,10 +15,19 @@ quotas and delayed writes have no stack property. The pieces, libCacheSim-style:
   :mod:`.loop` (records -> rows), :mod:`.replay` (the driver), :mod:`.check` (invariants).
 
 Everything in the hot loop is compiled with numba (``nogil``, cached on disk); there is
-no Python object per block.
+no Python object per block. The kernels pass every array behind one structref pointer
+(:func:`.state.as_struct`). numba's disk cache knows only the file a kernel is defined
+in: after editing one of these modules, delete ``__pycache__/*.nbi``/``*.nbc`` here so
+the kernels that call into it are compiled again.
 """
 
-from litehit_core.policy_replay.replay import ReplayRecords, ReplayResult, ReplaySetup, replay
+from litehit_core.policy_replay.replay import (
+    ReplayRecords,
+    ReplayResult,
+    ReplaySetup,
+    replay,
+    warm_up,
+)
 from litehit_core.policy_replay.state import InstanceSetup
 
-__all__ = ["InstanceSetup", "ReplayRecords", "ReplayResult", "ReplaySetup", "replay"]
+__all__ = ["InstanceSetup", "ReplayRecords", "ReplayResult", "ReplaySetup", "replay", "warm_up"]

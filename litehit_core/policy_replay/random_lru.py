@@ -8,7 +8,9 @@ x ^= x << 17``, position ``x mod n``; ``S = floor(batch / sample_rate)`` in ``sa
 orders the drawn blocks by (last access, seq) -- the same as by ``seq``, since a replay
 applies events in time order -- and returns the first ``k = min(m, n, S)``, duplicates
 included (the caller skips a block already evicted, so a call may evict fewer than
-``k``). Touches cost nothing; ``choose_victims`` O(min(S, n) + k log k) expected.
+``k``). A touch copies the block's new ``seq`` into ``dense_seq`` (so a draw reads one array);
+``choose_victims`` O(min(S, n)) draws, each a serial xorshift step, a modulo and one load,
+plus O(k) per draw that enters the k least recent kept so far.
 """
 
 from __future__ import annotations
@@ -65,25 +67,6 @@ def _next(x: np.uint64) -> np.uint64:
     return x
 
 
-_FAST_MOD_FROM = 4096
-"""From this many blocks on, ``x mod n`` is computed through a float reciprocal and
-corrected exactly (a 64-bit division costs tens of cycles; a RandomLRU call draws
-``sample`` of them)."""
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _mod(x: np.uint64, n: np.uint64, inv: np.float64) -> np.uint64:
-    """``x mod n`` exactly, for ``n >= _FAST_MOD_FROM``: the quotient estimated in float64
-    (off by at most 2**11 / n < 1 for such n), then corrected by whole ``n``."""
-    q = np.uint64(np.float64(x) * inv)
-    r = x - q * n  # wraps below zero when q is one too large
-    while np.int64(r) < 0:
-        r += n
-    while r >= n:
-        r -= n
-    return r
-
-
 @njit(cache=True, nogil=True)
 def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray) -> np.int64:
     """The ``k`` least recent of the sample into ``out``, least recent first (see the
@@ -99,11 +82,9 @@ def choose_victims(a: ReplayArrays, inst: np.int64, m: np.int64, out: np.ndarray
     x = a.rng[inst]
     count = np.int64(0)
     un = np.uint64(n)
-    fast = n >= _FAST_MOD_FROM
-    inv = 1.0 / np.float64(n)
     for _ in range(draws):
         x = _next(x)
-        pos = start + np.int64(_mod(x, un, inv) if fast else x % un)
+        pos = start + np.int64(x % un)
         value = seq[pos]
         if count == k:
             if value >= seq[out[k - 1]]:

@@ -25,7 +25,7 @@ from litehit_core.policy_replay.state import (
     reserve,
 )
 
-__all__ = ["ReplayRecords", "ReplayResult", "ReplaySetup", "replay"]
+__all__ = ["ReplayRecords", "ReplayResult", "ReplaySetup", "replay", "warm_up"]
 
 CHUNK_RECORDS = 1 << 14
 """Records per compiled call between progress reports."""
@@ -143,3 +143,30 @@ def _chunks(n_records: int) -> list[tuple[int, int]]:
     """Record ranges of :data:`CHUNK_RECORDS` (progress is reported between them)."""
     starts = range(0, n_records, CHUNK_RECORDS)
     return [(start, min(start + CHUNK_RECORDS, n_records)) for start in starts]
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's disk cache) every kernel of the replay by replaying a
+    two-record trace; seconds it took. The Docker image calls it at build time; the first
+    ``litehit optimize`` after an install otherwise spends ~10 s compiling."""
+    import time
+
+    from litehit_core.policy_replay.loop import REQUEST
+
+    start = time.perf_counter()
+    instances = tuple(
+        InstanceSetup(kind=kind, group=0, bytes_per_block=1, sample=2, fallback=True,
+                      refresh=True, dense=kind == 1)
+        for kind in range(4)
+    )  # fmt: skip
+    records = ReplayRecords(
+        kinds=np.full(2, REQUEST, dtype=np.int8),
+        insts=np.array([0, 3], dtype=np.int32),
+        times=np.array([1, 2], dtype=np.int64),
+        key_off=np.array([0, 2, 4], dtype=np.int64),
+        keys=np.array([1, 2, 1, 3], dtype=np.int64),
+        local=np.zeros(4, dtype=np.uint8),
+        buckets=np.array([-1, 0], dtype=np.int32),
+    )
+    replay(ReplaySetup(instances, (2,), ((0, 1, 2, 3),), (5,), 3, 1, 0), records)
+    return time.perf_counter() - start
