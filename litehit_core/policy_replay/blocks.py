@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from litehit_core.policy_replay.dispatch import next_expired, on_access, on_remove, on_write
-from litehit_core.policy_replay.index import add, delete, find
+from litehit_core.policy_replay.index import delete, find, find_or_add
 from litehit_core.policy_replay.state import CACHED, CACHED_ALL, NONE, SEQ, ReplayArrays
 
 __all__ = ["expire", "read", "remove_block", "write"]
@@ -43,8 +43,9 @@ def read(
     parent = np.int64(-1) - inst
     local_hits = np.int64(0)
     remote_hits = np.int64(0)
+    hkey = parent
     for j in range(lo, hi):
-        node = find(a, parent, keys[j])
+        node = find(a, parent, hkey, keys[j])
         if node == NONE:
             break  # a path never written (or forgotten): nothing below it is cached
         if a.flags[node] & CACHED:
@@ -57,6 +58,7 @@ def read(
         elif not local[j]:
             break
         parent = node
+        hkey = keys[j]
     return local_hits, remote_hits
 
 
@@ -74,10 +76,9 @@ def write(
     tail is rewritten if cached, else inserted. No eviction here. O(keys)."""
     parent = np.int64(-1) - inst
     group = a.group[inst]
+    hkey = parent
     for j in range(lo, hi):
-        node = find(a, parent, keys[j])
-        if node == NONE:
-            node = add(a, parent, keys[j])
+        node = find_or_add(a, parent, hkey, keys[j])
         inserted = not (a.flags[node] & CACHED)
         if inserted:
             a.flags[node] = CACHED
@@ -89,6 +90,7 @@ def write(
         a.seq[node] = _next_seq(a)
         on_write(a, inst, node, inserted, now, bucket)
         parent = node
+        hkey = keys[j]
     a.acc_write[inst] += hi - lo
 
 
