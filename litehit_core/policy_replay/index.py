@@ -8,10 +8,10 @@ parent's **key** (the root marker for a first block) and the block's key, which 
 knows from the request before the parent's lookup ends: the probes of a request's blocks
 do not wait for each other (measured 2026-12-04 at 8x the Mooncake trace); the entries
 are compared on the parent's slot, so two paths ending in the same two keys stay apart.
-Slots hold ``node + 1`` (0 = empty); linear probing; a deletion shifts the following entries back (no
-tombstones), so a lookup costs the same after millions of deletions. The table stays at
-most half full (:func:`~litehit_core.policy_replay.state.reserve` doubles it between
-chunks). Every function is ``nogil``, ``cache=True``, O(1) expected.
+Slots hold ``node + 1`` (0 = empty); linear probing; a deletion shifts the following
+entries back (no tombstones), so a lookup costs the same after millions of deletions. The
+table stays at most half full (:func:`~litehit_core.policy_replay.state.reserve` doubles
+it when the loop stops for room). Every function is ``nogil``, ``cache=True``, O(1) expected.
 """
 
 from __future__ import annotations
