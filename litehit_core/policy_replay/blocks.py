@@ -36,18 +36,23 @@ def read(
     lo: np.int64,
     hi: np.int64,
     now: np.int64,
-) -> tuple[np.int64, np.int64]:
+) -> tuple[np.int64, np.int64, np.int64]:
     """A ``get`` of ``keys[lo:hi]`` (head first) at ``now``: walk the path while blocks
     are cached; a missing block marked in ``local`` is skipped, any other miss ends the
-    walk. Every hit is touched head to tail. (local hits, remote hits). O(keys)."""
+    walk. Every hit is touched head to tail. Returns (local hits, remote hits, known):
+    the nodes of the first ``known`` keys are left in ``a.path`` (a write of the same keys
+    right after starts from them). O(keys)."""
     parent = np.int64(-1) - inst
     local_hits = np.int64(0)
     remote_hits = np.int64(0)
+    known = np.int64(0)
     hkey = parent
     for j in range(lo, hi):
         node = find(a, parent, hkey, keys[j])
         if node == NONE:
             break  # a path never written (or forgotten): nothing below it is cached
+        a.path[known] = node
+        known += 1
         if a.flags[node] & CACHED:
             if local[j]:
                 local_hits += 1
@@ -59,7 +64,7 @@ def read(
             break
         parent = node
         hkey = keys[j]
-    return local_hits, remote_hits
+    return local_hits, remote_hits, known
 
 
 @njit(cache=True, nogil=True)
@@ -71,14 +76,20 @@ def write(
     hi: np.int64,
     now: np.int64,
     bucket: np.int64,
+    known: np.int64,
 ) -> None:
     """A ``write`` of ``keys[lo:hi]`` at ``now`` with TTL ``bucket``: each block head to
-    tail is rewritten if cached, else inserted. No eviction here. O(keys)."""
+    tail is rewritten if cached, else inserted. The nodes of the first ``known`` keys are
+    in ``a.path`` (left by the read just before; 0 otherwise). No eviction here.
+    O(keys)."""
     parent = np.int64(-1) - inst
     group = a.group[inst]
     hkey = parent
     for j in range(lo, hi):
-        node = find_or_add(a, parent, hkey, keys[j])
+        if j - lo < known:
+            node = np.int64(a.path[j - lo])
+        else:
+            node = find_or_add(a, parent, hkey, keys[j])
         inserted = not (a.flags[node] & CACHED)
         if inserted:
             a.flags[node] = CACHED

@@ -8,7 +8,9 @@ index into ``ttl_values``; -1 = never expires). A request's write is pending unt
 first record at or after its due time ``t + delay`` (or the end): pending writes are
 exactly the requests between the pointer ``wp`` and the current record whose due time has
 not come, applied in order (a constant delay keeps them in time order), so no queue is
-stored. Before a record at ``T`` every pending write due at or before ``T`` is applied; a
+stored; without a delay a request's write is applied right after its read (nothing else
+is due in between), starting from the nodes the read found. Before a record at ``T`` every
+pending write due at or before ``T`` is applied; a
 TTL instance expires its blocks before each of its reads and writes; a write is followed by
 its group's capacity eviction. Each read fills one row of ``rows`` (:data:`ROW_FIELDS`).
 """
@@ -48,10 +50,11 @@ def _apply_write(
     hi: np.int64,
     now: np.int64,
     bucket: np.int64,
+    known: np.int64,
 ) -> None:
     if expires(a, inst):
         expire(a, inst, now)
-    write(a, inst, keys, lo, hi, now, bucket)
+    write(a, inst, keys, lo, hi, now, bucket, known)
     evict(a, inst)
     if a.cached[inst] > a.peak[inst]:
         a.peak[inst] = a.cached[inst]
@@ -81,7 +84,14 @@ def _pending(
         if due > until:
             break
         _apply_write(
-            a, np.int64(insts[wp]), keys, key_off[wp], key_off[wp + 1], due, np.int64(buckets[wp])
+            a,
+            np.int64(insts[wp]),
+            keys,
+            key_off[wp],
+            key_off[wp + 1],
+            due,
+            np.int64(buckets[wp]),
+            np.int64(0),
         )
         a.scalars[PENDING] -= key_off[wp + 1] - key_off[wp]
         wp += 1
@@ -104,32 +114,34 @@ def replay_chunk(
     wp: np.int64,
     rows: np.ndarray,
     row: np.int64,
-) -> tuple[np.int64, np.int64, np.int64]:
+) -> tuple[np.int64, np.int64, np.int64, np.int64]:
     """Replay records ``start..stop-1`` (``wp``: the first request whose write may still be
-    pending; ``row``: the next row of ``rows`` to fill). Returns ``(r, wp, row)``: ``r`` the
-    first record not replayed -- ``stop``, or earlier when the arrays lack room for what
-    record ``r`` may write (its own keys and every pending write: ``a.scalars[PENDING]``);
-    the caller grows them (:func:`~litehit_core.policy_replay.state.reserve`) and calls
-    again from ``r``. O(keys) plus the policies' eviction costs."""
+    pending; ``row``: the next row of ``rows`` to fill). Returns ``(r, wp, row, need)``: ``r``
+    the first record not replayed -- ``stop``, or earlier when the arrays lack room for the
+    ``need`` nodes record ``r`` may add (its own keys when it writes now, and every pending
+    write: ``a.scalars[PENDING]``); the caller grows them
+    (:func:`~litehit_core.policy_replay.state.reserve`) and calls again from ``r``.
+    O(keys) plus the policies' eviction costs."""
     a = as_struct(arrays)
     for r in range(start, stop):
         extra = a.scalars[PENDING]
-        if kinds[r] == WRITE:
+        if kinds[r] == WRITE or (kinds[r] == REQUEST and delay == 0):
             extra += key_off[r + 1] - key_off[r]
         if room_needed(a, extra):
-            return np.int64(r), wp, row
+            return np.int64(r), wp, row, extra
         now = times[r]
         wp = _pending(a, kinds, insts, times, key_off, keys, buckets, delay, wp, r, now)
         inst = np.int64(insts[r])
         lo = key_off[r]
         hi = key_off[r + 1]
         if kinds[r] == WRITE:
-            _apply_write(a, inst, keys, lo, hi, now, np.int64(buckets[r]))
+            _apply_write(a, inst, keys, lo, hi, now, np.int64(buckets[r]), np.int64(0))
             continue
         if expires(a, inst):
             expire(a, inst, now)
-        local_hits, remote_hits = read(a, inst, keys, local, lo, hi, now)
-        if kinds[r] == REQUEST:
+        local_hits, remote_hits, known = read(a, inst, keys, local, lo, hi, now)
+        fused = kinds[r] == REQUEST and delay == 0
+        if kinds[r] == REQUEST and not fused:
             a.scalars[PENDING] += hi - lo
         rows[row, 0] = r
         rows[row, 1] = local_hits
@@ -138,7 +150,10 @@ def replay_chunk(
         rows[row, 4] = a.scalars[CACHED_ALL]
         rows[row, 5] = a.acc_write[inst]
         row += 1
-    return np.int64(stop), wp, row
+        if fused:  # due now, and nothing else is: the same as applying it before r + 1
+            _apply_write(a, inst, keys, lo, hi, now, np.int64(buckets[r]), known)
+            wp = np.int64(r + 1)
+    return np.int64(stop), wp, row, np.int64(0)
 
 
 @njit(cache=True, nogil=True)

@@ -92,9 +92,9 @@ def replay(
         eviction_mode=setup.eviction_mode,
         batch=setup.batch,
         with_ttl=any(s.kind == _ttl_kind() for s in setup.instances),
+        longest=int(np.diff(records.key_off).max()) if len(records.kinds) else 0,
     )
     n_records = len(records.kinds)
-    lens = np.diff(records.key_off)
     n_reads = int(np.count_nonzero(records.kinds != WRITE))
     rows = np.zeros((n_reads, len(ROW_FIELDS)), dtype=np.int64)
     delay = np.int64(setup.delay_ns)
@@ -102,17 +102,18 @@ def replay(
     row = np.int64(0)
     for start, stop in _chunks(n_records):
         pos = np.int64(start)
+        stalled = -1
         while pos < stop:
-            pos, wp, row = replay_chunk(
+            pos, wp, row, need = replay_chunk(
                 arrays, records.kinds, records.insts, records.times, records.key_off,
                 records.keys, records.local, records.buckets, delay, pos, np.int64(stop),
                 wp, rows, row,
             )  # fmt: skip
             if pos < stop:
-                extra = int(arrays.scalars[PENDING])
-                if records.kinds[pos] == WRITE:
-                    extra += int(lens[pos])
-                arrays = reserve(arrays, extra, rebuild_table)
+                if pos == stalled:  # reserve() must make room for what the loop asked
+                    raise RuntimeError(f"no room made for {int(need)} nodes at record {pos}")
+                stalled = pos
+                arrays = reserve(arrays, int(need), rebuild_table)
         if check:
             check_arrays(arrays)
         if progress is not None:

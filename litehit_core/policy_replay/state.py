@@ -23,7 +23,9 @@ numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one
 - **groups**: ``quota`` (bytes, -1 = infinite), ``usage`` (bytes), ``members`` (instance
   indices in configuration order, group g's at ``member_off[g]:member_off[g + 1]``);
 - ``scalars`` (:data:`SEQ`, :data:`FREE_HEAD`, :data:`NODES`, :data:`CACHED_ALL`,
-  :data:`MODE`, :data:`BATCH`) and ``victims``, a scratch buffer for one eviction call.
+  :data:`MODE`, :data:`BATCH`, :data:`HIGH`, :data:`PENDING`); scratch: ``victims`` (one
+  eviction call's) and ``path`` (the nodes a read found, for the write of the same keys
+  right after it).
 
 A node is freed as soon as it is neither cached nor has children (so memory follows the
 cached blocks and their uncached ancestors, not every path ever written). Growth happens
@@ -125,6 +127,7 @@ class ReplayArrays(NamedTuple):
     members: np.ndarray
     scalars: np.ndarray
     victims: np.ndarray
+    path: np.ndarray
 
 
 @structref.register
@@ -189,6 +192,7 @@ def as_struct(a: ReplayArrays) -> _State:
         a.members,
         a.scalars,
         a.victims,
+        a.path,
     )
 
 
@@ -220,11 +224,13 @@ def allocate(
     eviction_mode: int,
     batch: int,
     with_ttl: bool,
+    longest: int = 0,
 ) -> ReplayArrays:
     """Fresh arrays for ``instances`` in ``len(quotas)`` groups (``quotas`` in bytes, -1
     infinite; ``members[g]`` the instance indices of group g in configuration order),
     ``ttl_values`` the distinct block TTLs in ns (> 0) and ``with_ttl`` whether any
-    instance expires blocks. Node arrays start small; :func:`reserve` grows them.
+    instance expires blocks, ``longest`` the most keys of one record. Node arrays start
+    small; :func:`reserve` grows them.
     O(instances + groups + TTLs)."""
     n_inst = len(instances)
     n_nodes = MIN_NODES
@@ -275,6 +281,7 @@ def allocate(
         members=np.array(flat, dtype=np.int32),
         scalars=np.zeros(_N_SCALARS, dtype=np.int64),
         victims=np.zeros(max(largest_draw, 1), dtype=np.int32),
+        path=np.zeros(max(longest, 1), dtype=np.int32),
     )
     arrays.scalars[MODE] = eviction_mode
     arrays.scalars[BATCH] = batch
