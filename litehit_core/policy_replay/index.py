@@ -39,21 +39,28 @@ def _hkey(a: ReplayArrays, parent: np.int64) -> np.int64:
     return a.key[parent] if parent >= 0 else parent
 
 
-@njit(cache=True, nogil=True)
-def find(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64) -> np.int64:
-    """The node of path ``(parent, key)``, or -1 when it is not known; ``hkey`` is the
-    parent's key (``parent`` itself for a first block). O(1) expected."""
+@njit(cache=True, nogil=True, inline="always")
+def _probe(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64) -> tuple:
+    """(slot, node): where the search for path ``(parent, key)`` ended -- its entry, or
+    the empty slot that ends its probe sequence (node -1)."""
     table = a.table
     mask = np.int64(len(table) - 1)
     slot = _home(hkey, key, mask)
     while True:
         entry = np.int64(table[slot])
         if entry == 0:
-            return np.int64(NONE)
+            return slot, np.int64(NONE)
         node = entry - 1
         if a.key[node] == key and np.int64(a.parent[node]) == parent:
-            return node
+            return slot, node
         slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def find(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64) -> np.int64:
+    """The node of path ``(parent, key)``, or -1 when it is not known; ``hkey`` is the
+    parent's key (``parent`` itself for a first block). O(1) expected."""
+    return _probe(a, parent, hkey, key)[1]
 
 
 @njit(cache=True, nogil=True)
@@ -62,17 +69,9 @@ def find_or_add(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64
     from the free slots and indexed in the empty slot the search ended on (one probe
     sequence, not two); its parent's ``children`` then grows by one. The caller has
     reserved room. O(1) expected."""
-    table = a.table
-    mask = np.int64(len(table) - 1)
-    slot = _home(hkey, key, mask)
-    while True:
-        entry = np.int64(table[slot])
-        if entry == 0:
-            break
-        node = entry - 1
-        if a.key[node] == key and np.int64(a.parent[node]) == parent:
-            return node
-        slot = (slot + 1) & mask
+    slot, node = _probe(a, parent, hkey, key)
+    if node != NONE:
+        return node
     node = a.scalars[FREE_HEAD]
     if node == NONE:
         node = a.scalars[HIGH]
@@ -89,7 +88,7 @@ def find_or_add(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64
     a.next[node] = NONE
     if parent >= 0:
         a.children[parent] += 1
-    table[slot] = node + 1
+    a.table[slot] = node + 1
     return node
 
 
