@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -348,3 +350,51 @@ def test_bad_record(tmp_path, record, message):
 def test_unsorted_trace_is_sorted_stably(tmp_path):
     records = [req(30, [1, 2], kind="get"), req(10, [1, 2], kind="write"), req(30, [1], kind="get")]
     assert hits(write_case(tmp_path, records)) == {"a": [2, 1]}
+
+
+def test_lmcache_log_replays_as_requests(tmp_path):
+    """An LMCache lookup log (the reader's own example) replays as request records of the
+    configuration's only instance; a block size other than the log's chunk size is an
+    error naming both."""
+    from litehit_service.offline.traces.registry import get_reader
+
+    reader = get_reader("lmcache")
+    (tmp_path / "trace.jsonl").write_bytes(reader.example)
+    events, sizes = reader.read_sized(tmp_path / "trace.jsonl")
+    (chunk,) = {tokens for tokens, _ in sizes.values()}
+    config = json.loads(write_case(tmp_path, []).read_text())
+    (tmp_path / "trace.jsonl").write_bytes(reader.example)
+    config["instance_groups"][0]["instances"][0]["block_size"] = chunk
+    config["instance_groups"][0]["instances"][0]["instance_id"] = "m"  # the log's model name
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded = load_optimize_config(tmp_path / "config.json")
+    result = run_optimize(loaded, load_trace(loaded, max_line_bytes=1 << 20), check=True)
+    assert result.instances[0].rows.reads == len(events)
+    assert result.instances[0].rows.total_input_tokens == sum(e.input_len for e in events)
+    config["instance_groups"][0]["instances"][0]["block_size"] = chunk + 1
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    _fails(
+        tmp_path,
+        tmp_path / "config.json",
+        f"tokens per key, but instance 'm' has block_size {chunk + 1}: set it to {chunk}",
+    )
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path):
+    from terminal import run_on_terminal
+
+    from tests.serve_process import serve_env
+
+    path = write_case(tmp_path, [req(t, [t % 7, t % 5]) for t in range(1, 3000)], blocks=4)
+    env = serve_env()
+    plain = run_cli("optimize", str(path), cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.count("\n") == 1 and "\r" not in plain.stderr  # the run line only
+    assert plain.stderr.startswith("optimize: 2999 reads, 1 instances, ")
+    code, tty_err = run_on_terminal(
+        [sys.executable, "-m", "litehit_service", "optimize", str(path), "-o", str(tmp_path / "t")],
+        env,
+    )
+    assert code == 0
+    assert re.search(r"\roptimize:\s+0%\|\s*\| 0/2999 \[", tty_err), tty_err
+    assert "optimize: 2999 reads, 1 instances, " in tty_err

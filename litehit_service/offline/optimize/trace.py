@@ -96,7 +96,18 @@ def _events(
             i.block_size for i in config.instances if i.instance_id == route
         )
     if reader.sizes_in_trace:
-        events, _sizes = reader.read_sized(path, max_line_bytes=max_line_bytes, **options)
+        events, sizes = reader.read_sized(path, max_line_bytes=max_line_bytes, **options)
+        block_sizes = {i.instance_id: i.block_size for i in config.instances}
+        for name, (tokens_per_key, _bytes) in sizes.items():
+            target = route if route is not None else name
+            if target in block_sizes and block_sizes[target] != tokens_per_key:
+                raise LocatedError(
+                    path,
+                    0,
+                    f"the trace's {name!r} has {tokens_per_key} tokens "
+                    f"per key, but instance {target!r} has block_size "
+                    f"{block_sizes[target]}: set it to {tokens_per_key}",
+                )
         return events
     return reader.read(path, max_line_bytes=max_line_bytes, **options)
 
@@ -131,7 +142,8 @@ def _arrays(
             raise LocatedError(
                 path,
                 e.line_no,
-                f"instance {name!r} is not configured (configured: {', '.join(index)})",
+                f"instance {name!r} is not configured (configured: {', '.join(index)}; "
+                "--instance ID sends every record to one)",
                 "instance_id",
             )
         n = len(e.keys)
