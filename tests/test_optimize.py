@@ -398,3 +398,18 @@ def test_progress_bar_on_a_terminal_only(tmp_path):
     assert code == 0
     assert re.search(r"\roptimize:\s+0%\|\s*\| 0/2999 \[", tty_err), tty_err
     assert "optimize: 2999 reads, 1 instances, " in tty_err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--trace-format", "nope"), "unknown trace format 'nope'; known formats: 'standard'"),
+        (("--instance", "zz"), "--instance 'zz' is not a configured instance (configured: a)"),
+    ],
+)
+def test_bad_options(tmp_path, args, message):
+    path = write_case(tmp_path, [req(1, [1])])
+    done = run_cli("optimize", str(path), *args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

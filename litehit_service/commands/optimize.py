@@ -55,6 +55,7 @@ def register(subparsers: Any) -> None:
         "--trace-format",
         metavar="NAME",
         default=None,
+        type=_trace_format,
         help="the trace's format (standard, mooncake, lmcache; default: detected)",
     )
     p.add_argument(
@@ -66,6 +67,18 @@ def register(subparsers: Any) -> None:
     )
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
+
+
+def _trace_format(name: str) -> str:
+    """An argparse type: a registered trace format (the readers load only when the option
+    is given); a usage error naming the value and the known names otherwise."""
+    from litehit_service.offline.traces.registry import get_reader
+
+    try:
+        get_reader(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_bar(len(trace.records.kinds), "records", "optimize") as advance:
         result = run_optimize(config, trace, progress=advance)
     out_dir = args.output_dir or config.output_result_path
-    paths = write_outputs(result, out_dir, draw_chart=args.draw_chart)
+    write_outputs(result, out_dir, draw_chart=args.draw_chart)
     extra: dict[str, object] = {}
     if args.compare_exact:
         from litehit_service.offline.optimize.exact import exact_rates
@@ -122,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
         ),
         file=sys.stderr,
     )
-    del paths
     return 0
 
 

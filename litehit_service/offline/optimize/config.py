@@ -270,7 +270,7 @@ def _group(data: Any, where: str, found: list[LocatedError]) -> GroupConfig:
     used = f.number("used_percentage", default=1.0)
     if not 0 < used <= 1:
         found.append(_bad(f.path("used_percentage"), "a number in (0, 1]", used))
-    ttl_where, refresh_where = f.path("default_block_ttl_seconds"), f.path("ttl_refresh_on_read")
+    ttl_where = f.path("default_block_ttl_seconds")
     ttl = f.number("default_block_ttl_seconds", default=0.0)
     refresh = f.boolean("ttl_refresh_on_read", default=True)
     if "ttl_config" in f.data:  # the reference's newest layout
@@ -285,12 +285,11 @@ def _group(data: Any, where: str, found: list[LocatedError]) -> GroupConfig:
                 )
             )
         tc = Fields(f.object("ttl_config"), f.path("ttl_config"), _TTL_CONFIG, found)
-        ttl_where, refresh_where = tc.path("default_block_ttl_seconds"), tc.path("refresh_on_read")
+        ttl_where = tc.path("default_block_ttl_seconds")
         ttl = tc.number("default_block_ttl_seconds", default=0.0)
         refresh = tc.boolean("refresh_on_read", default=True)
     if ttl < 0:
         found.append(_bad(ttl_where, "a number >= 0", ttl))
-    del refresh_where
     _tiers(f, found)
     instances = tuple(
         _instance(d, f"{where}.instances[{i}]", found, name)
