@@ -28,8 +28,9 @@ import os
 import re
 import struct
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -67,37 +68,35 @@ def write_snapshot(
         listing.append({"name": name, "dtype": "int64", "length": int(data.shape[0])})
         blobs.append(data)
     body = json.dumps({**meta, "arrays": listing}, sort_keys=True, allow_nan=False).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as fh:
-            for chunk in (_HEAD.pack(MAGIC, FORMAT_VERSION, len(body)), body):
-                fh.write(chunk)
-                digest.update(chunk)
-            for data in blobs:
-                view = memoryview(data).cast("B")
-                fh.write(view)
-                digest.update(view)
-            fh.write(digest.digest())
-            size = fh.tell()
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    with _replacing(path) as fh:
+        for chunk in (_HEAD.pack(MAGIC, FORMAT_VERSION, len(body)), body):
+            fh.write(chunk)
+            digest.update(chunk)
+        for data in blobs:
+            view = memoryview(data).cast("B")
+            fh.write(view)
+            digest.update(view)
+        fh.write(digest.digest())
+        size = fh.tell()
     return size
 
 
 def write_file_atomically(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically: a temporary file in the same folder,
-    fsynced, renamed onto ``path``, then the folder fsynced. O(len(data))."""
-    path = Path(path)
+    """Replace ``path`` by ``data`` atomically (:func:`_replacing`). O(len(data))."""
+    with _replacing(Path(path)) as fh:
+        fh.write(data)
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[BinaryIO]:
+    """Yield a file to write in ``path``'s place: a temporary in the same folder, fsynced
+    and renamed onto ``path`` when the block succeeds, then the folder fsynced; removed
+    (``path`` untouched) when it fails."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

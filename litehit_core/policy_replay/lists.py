@@ -18,6 +18,31 @@ __all__ = ["append", "unlink", "move_to_tail", "insert_ordered"]
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _link(
+    prev: np.ndarray,
+    nxt: np.ndarray,
+    heads: np.ndarray,
+    tails: np.ndarray,
+    h: np.int64,
+    node: np.int64,
+    before: np.int64,
+    after: np.int64,
+) -> None:
+    """Link ``node`` (not in a list) into list ``h`` between ``before`` and ``after``
+    (neighbours there, either -1 at an end)."""
+    prev[node] = before
+    nxt[node] = after
+    if before == NONE:
+        heads[h] = node
+    else:
+        nxt[before] = node
+    if after == NONE:
+        tails[h] = node
+    else:
+        prev[after] = node
+
+
+@njit(cache=True, nogil=True, inline="always")
 def append(
     prev: np.ndarray,
     nxt: np.ndarray,
@@ -27,14 +52,7 @@ def append(
     node: np.int64,
 ) -> None:
     """Link ``node`` (not in a list) at the tail (newest end) of list ``h``."""
-    tail = tails[h]
-    prev[node] = tail
-    nxt[node] = NONE
-    if tail == NONE:
-        heads[h] = node
-    else:
-        nxt[tail] = node
-    tails[h] = node
+    _link(prev, nxt, heads, tails, h, node, np.int64(tails[h]), np.int64(NONE))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -94,24 +112,10 @@ def insert_ordered(
     bwd = tails[h]
     while fwd != NONE:
         if order[fwd] > value:  # insert before fwd
-            p = prev[fwd]
-            prev[node] = p
-            nxt[node] = fwd
-            prev[fwd] = node
-            if p == NONE:
-                heads[h] = node
-            else:
-                nxt[p] = node
+            _link(prev, nxt, heads, tails, h, node, np.int64(prev[fwd]), np.int64(fwd))
             return
         if order[bwd] < value:  # insert after bwd
-            n = nxt[bwd]
-            nxt[node] = n
-            prev[node] = bwd
-            nxt[bwd] = node
-            if n == NONE:
-                tails[h] = node
-            else:
-                prev[n] = node
+            _link(prev, nxt, heads, tails, h, node, np.int64(bwd), np.int64(nxt[bwd]))
             return
         fwd = nxt[fwd]
         bwd = prev[bwd]

@@ -77,8 +77,11 @@ pending (requests read, not yet written)."""
 _N_SCALARS = 8
 MIN_NODES = 1024
 """Node slots a replay starts with (then grown as needed)."""
-_NODE_FIELDS = ("key", "parent", "seq", "flags", "children", "cached_children", "prev", "next")
-_TTL_FIELDS = ("anchor", "bucket", "tprev", "tnext")
+_NODE_DTYPES = {"key": np.int64, "parent": np.int32, "seq": np.int64, "flags": np.uint8,
+                "children": np.int32, "cached_children": np.int32, "prev": np.int32,
+                "next": np.int32}  # fmt: skip
+_TTL_DTYPES = {"anchor": np.int64, "bucket": np.int32, "tprev": np.int32, "tnext": np.int32}
+"""The per-node arrays (TTL runs only: the second table), with their dtypes."""
 GROWTH = 1.5
 """Node arrays grow by this factor (memory per block vs copies: 1.5 keeps at most a third
 of the slots unused)."""
@@ -241,18 +244,8 @@ def allocate(
     flat = [i for m in members for i in m]
     largest_draw = max([s.sample for s in instances] + [batch])
     arrays = ReplayArrays(
-        key=np.empty(n_nodes, dtype=np.int64),
-        parent=np.empty(n_nodes, dtype=np.int32),
-        seq=np.empty(n_nodes, dtype=np.int64),
-        flags=np.empty(n_nodes, dtype=np.uint8),
-        children=np.empty(n_nodes, dtype=np.int32),
-        cached_children=np.empty(n_nodes, dtype=np.int32),
-        prev=np.empty(n_nodes, dtype=np.int32),
-        next=np.empty(n_nodes, dtype=np.int32),
-        anchor=np.empty(ttl_nodes, dtype=np.int64),
-        bucket=np.empty(ttl_nodes, dtype=np.int32),
-        tprev=np.empty(ttl_nodes, dtype=np.int32),
-        tnext=np.empty(ttl_nodes, dtype=np.int32),
+        **{name: np.empty(n_nodes, dtype=dtype) for name, dtype in _NODE_DTYPES.items()},
+        **{name: np.empty(ttl_nodes, dtype=dtype) for name, dtype in _TTL_DTYPES.items()},
         table=np.zeros(4 * n_nodes, dtype=np.int32),
         kind=np.array([s.kind for s in instances], dtype=np.int8),
         group=np.array([s.group for s in instances], dtype=np.int32),
@@ -325,7 +318,7 @@ def reserve(arrays: ReplayArrays, new_nodes: int, rebuild_table: object) -> Repl
 
 def _grow_nodes(arrays: ReplayArrays, n: int) -> ReplayArrays:
     used = int(arrays.scalars[HIGH])
-    names = _NODE_FIELDS + (_TTL_FIELDS if len(arrays.anchor) else ())
+    names = [*_NODE_DTYPES, *(_TTL_DTYPES if len(arrays.anchor) else ())]
     grown: dict[str, np.ndarray] = {}
     for name in names:
         old = getattr(arrays, name)
@@ -368,7 +361,7 @@ def memory_bytes(arrays: ReplayArrays) -> int:
     mark (slots past it were allocated with ``np.empty`` and never touched, so the OS has
     not backed them), every other array whole. O(fields)."""
     used = int(arrays.scalars[HIGH])
-    node_fields = set(_NODE_FIELDS + _TTL_FIELDS)
+    node_fields = {*_NODE_DTYPES, *_TTL_DTYPES}
     return sum(
         int(a.itemsize) * min(used, len(a)) if name in node_fields else int(a.nbytes)
         for name, a in zip(ReplayArrays._fields, arrays, strict=True)

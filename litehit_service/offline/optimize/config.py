@@ -324,18 +324,14 @@ def _tiers(f: Fields, found: list[LocatedError]) -> None:
     ts.boolean("promote_enabled", default=True)
     ts.integer("selective_write_threshold", default=2)
     ts.array("tier_flows")
-    f.array("tier_flows")
     f.string("tier_write_mode", default="write_through")
     f.boolean("enable_promote", default=True)
-    tiered = [
-        where
-        for where, on in (
-            (ts.path("hierarchical_eviction_enabled"), ts.boolean("hierarchical_eviction_enabled")),
-            (f.path("hierarchical_eviction_enabled"), f.boolean("hierarchical_eviction_enabled")),
-            (f.path("tier_flows"), bool(f.data.get("tier_flows")) if not f.broken else False),
-        )
-        if on
-    ]
+    switches = {
+        ts.path("hierarchical_eviction_enabled"): ts.boolean("hierarchical_eviction_enabled"),
+        f.path("hierarchical_eviction_enabled"): f.boolean("hierarchical_eviction_enabled"),
+        f.path("tier_flows"): bool(f.array("tier_flows")),
+    }
+    tiered = [where for where, on in switches.items() if on]
     if tiered:
         found.append(
             LocatedError(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.model import TOUCH_ORDERS
 from litehit_core.projector import Projection
@@ -68,13 +70,9 @@ def exact_rates(
     for gi, group in enumerate(config.groups):
         quota = group.quota_bytes
         for ii, inst in enumerate(group.instances):
-            reads = [
-                r
-                for r in range(len(records.kinds))
-                if records.insts[r] == index and records.kinds[r] != WRITE
-            ]
+            reads = np.flatnonzero((records.insts == index) & (records.kinds != WRITE))
             rates: dict[str, float] = {}
-            tokens = int(trace.input_lens[reads].sum()) if reads else 0
+            tokens = int(trace.input_lens[reads].sum())
             for order in TOUCH_ORDERS:
                 spec = EngineSpec(model=touch_order_model(order))
                 engine = create_engine(spec)

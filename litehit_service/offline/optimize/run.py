@@ -83,14 +83,17 @@ def build_setup(config: OptimizeConfig, trace: LoadedTrace) -> ReplaySetup:
     for gi, group in enumerate(config.groups):
         first = len(instances)
         for inst in group.instances:
-            rate = inst.params.get("sample_rate")
-            sample = math.floor(config.batch_size / rate) if inst.policy.dense and rate else 0
+            sample = (
+                max(math.floor(config.batch_size / inst.params["sample_rate"]), 1)
+                if inst.policy.dense
+                else 0
+            )
             instances.append(
                 InstanceSetup(
                     kind=inst.policy.kind,
                     group=gi,
                     bytes_per_block=inst.bytes_per_block,
-                    sample=max(sample, 1) if inst.policy.dense else 0,
+                    sample=sample,
                     fallback=bool(inst.params.get("fallback_on_pressure", True)),
                     refresh=group.ttl_refresh_on_read,
                     dense=inst.policy.dense,

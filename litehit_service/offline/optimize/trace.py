@@ -209,11 +209,9 @@ def _sorted(
     else:
         new_off = np.zeros(len(t) + 1, dtype=np.int64)
         np.cumsum(n_keys[order], out=new_off[1:])
-        take = (
-            np.concatenate([np.arange(off[r], off[r + 1]) for r in order])
-            if len(t)
-            else (np.zeros(0, dtype=np.int64))
-        )
+        # key i of the sorted order comes from its record's old start + its rank in it
+        shift = np.repeat(off[:-1][order] - new_off[:-1], n_keys[order])
+        take = shift + np.arange(int(new_off[-1]), dtype=np.int64)
         sorted_keys, sorted_local = all_keys[take], all_local[take]
     records = ReplayRecords(
         kinds=np.frombuffer(kinds, dtype=np.int8)[order].copy(),
