@@ -11,12 +11,18 @@ import numpy as np
 
 from litehit_core.policy_replay import leaf_aware_lru, random_lru, ttl
 from litehit_core.policy_replay.state import (
+    ALIVE,
     CACHED,
     CACHED_ALL,
     HIGH,
+    KEEP,
+    LIFE_FIELDS,
+    LIVES,
     NODES,
     NONE,
     PENDING,
+    STRIDE,
+    USERS,
     ReplayArrays,
 )
 
@@ -24,11 +30,18 @@ __all__ = ["check_arrays"]
 
 
 def check_arrays(a: ReplayArrays) -> None:
-    """Verify every invariant of ``a`` (module docstring). O(nodes x depth)."""
+    """Verify every invariant of ``a`` (module docstring). O(nodes x depth x tiers)."""
     assert a.scalars[PENDING] >= 0, "pending keys are never negative"
+    stride = int(a.scalars[STRIDE])
+    users = int(a.scalars[USERS])
     high = int(a.scalars[HIGH])
     assert high <= len(a.key), "the high-water mark is inside the arrays"
-    live = [n for n in range(high) if a.flags[n] & CACHED or a.children[n] > 0]
+    bases = range(0, high, stride)
+    live = [
+        b
+        for b in bases
+        if a.scalars[KEEP] or a.children[b] > 0 or any(a.flags[b : b + stride] & CACHED)
+    ]
     assert len(live) == a.scalars[NODES], ("live nodes", len(live), int(a.scalars[NODES]))
     indexed = sorted(int(v) - 1 for v in a.table if v)
     assert indexed == live, "the index holds exactly the live nodes"
@@ -46,12 +59,19 @@ def check_arrays(a: ReplayArrays) -> None:
         if parent >= 0:
             assert parent in owner or parent in live, "a live node's parent is live"
             children[parent] += 1
-            if a.flags[n] & CACHED:
-                cached_children[parent] += 1
-        if a.flags[n] & CACHED:
-            cached[owner[n]] += 1
+        for t in range(stride):
+            replica = n + t
+            assert a.key[replica] == a.key[n], "replicas share the key"
+            expect = parent + t if parent >= 0 else parent
+            assert a.parent[replica] == expect, "a replica's parent is its tier's"
+            if a.flags[replica] & CACHED:
+                if parent >= 0:
+                    cached_children[parent + t] += 1
+                cached[owner[n] + t * users] += 1
     assert all(children[n] == a.children[n] for n in live), "children counts"
-    assert all(cached_children[n] == a.cached_children[n] for n in live), "cached_children"
+    assert all(
+        cached_children[n + t] == a.cached_children[n + t] for n in live for t in range(stride)
+    ), "cached_children"
     assert list(cached) == list(a.cached), ("cached per instance", cached, a.cached)
     assert int(cached.sum()) == a.scalars[CACHED_ALL], "cached over every instance"
     usage = np.zeros(len(a.quota), dtype=np.int64)
@@ -59,8 +79,26 @@ def check_arrays(a: ReplayArrays) -> None:
         usage[a.group[inst]] += count * a.bpb[inst]
     assert list(usage) == list(a.usage), ("usage per group", usage, a.usage)
     for inst in range(len(a.kind)):
-        mine = sorted(n for n in live if owner[n] == inst and a.flags[n] & CACHED)
+        user, tier = inst % users, inst // users
+        mine = sorted(n + tier for n in live if owner[n] == user and a.flags[n + tier] & CACHED)
         _check_policy(a, inst, mine)
+    if len(a.life):
+        _check_lives(a, [n + t for n in live for t in range(stride)])
+
+
+def _check_lives(a: ReplayArrays, replicas: list[int]) -> None:
+    node, death, cause = (LIFE_FIELDS.index(f) for f in ("node", "death", "cause"))
+    used = int(a.scalars[LIVES])
+    alive = {int(r) for r in range(used) if a.lives[r, cause] == ALIVE}
+    for replica in replicas:
+        life = int(a.life[replica])
+        if a.flags[replica] & CACHED:
+            assert life in alive and a.lives[life, node] == replica, "a cached block's life"
+            alive.discard(life)
+        else:
+            assert life == NONE, "an uncached block has no life"
+    assert not alive, "every open life is a cached block's"
+    assert all(a.lives[r, death] != NONE for r in range(used) if a.lives[r, cause] != ALIVE)
 
 
 def _walk(a: ReplayArrays, prev: np.ndarray, nxt: np.ndarray, head: int, tail: int) -> list[int]:

@@ -20,7 +20,14 @@ import numpy as np
 from numba import njit
 
 from litehit_core.kernels import home_slot
-from litehit_core.policy_replay.state import FREE_HEAD, HIGH, NODES, NONE, ReplayArrays
+from litehit_core.policy_replay.state import (
+    FREE_HEAD,
+    HIGH,
+    NODES,
+    NONE,
+    STRIDE,
+    ReplayArrays,
+)
 
 __all__ = ["delete", "find", "find_or_add", "rebuild_table"]
 
@@ -65,27 +72,35 @@ def find(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64) -> np
 
 @njit(cache=True, nogil=True)
 def find_or_add(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64) -> np.int64:
-    """The node of path ``(parent, key)``; when it is not known, a new uncached one taken
-    from the free slots and indexed in the empty slot the search ended on (one probe
+    """The node (base slot) of path ``(parent, key)``; when it is not known, a new
+    uncached one (:data:`~litehit_core.policy_replay.state.STRIDE` slots, one replica per
+    tier) taken from the free slots and indexed in the empty slot the search ended on (one probe
     sequence, not two); its parent's ``children`` then grows by one. The caller has
     reserved room. O(1) expected."""
     slot, node = _probe(a, parent, hkey, key)
     if node != NONE:
         return node
     node = a.scalars[FREE_HEAD]
+    stride = a.scalars[STRIDE]
     if node == NONE:
         node = a.scalars[HIGH]
-        a.scalars[HIGH] = node + 1
+        a.scalars[HIGH] = node + stride
     else:
         a.scalars[FREE_HEAD] = a.next[node]
     a.scalars[NODES] += 1
-    a.key[node] = key
-    a.parent[node] = parent
-    a.flags[node] = 0
-    a.children[node] = 0
-    a.cached_children[node] = 0
-    a.prev[node] = NONE
-    a.next[node] = NONE
+    for tier in range(stride):  # one replica per tier, each linked to its parent's
+        slot_t = node + tier
+        a.key[slot_t] = key
+        a.parent[slot_t] = parent + tier if parent >= 0 else parent
+        a.flags[slot_t] = 0
+        a.children[slot_t] = 0
+        a.cached_children[slot_t] = 0
+        a.prev[slot_t] = NONE
+        a.next[slot_t] = NONE
+        if len(a.life):
+            a.life[slot_t] = NONE
+    if len(a.wcount):
+        a.wcount[node] = 0
     if parent >= 0:
         a.children[parent] += 1
     a.table[slot] = node + 1
@@ -94,7 +109,8 @@ def find_or_add(a: ReplayArrays, parent: np.int64, hkey: np.int64, key: np.int64
 
 @njit(cache=True, nogil=True)
 def delete(a: ReplayArrays, node: np.int64) -> None:
-    """Remove ``node`` (uncached, no children) from the index and free its slot; its
+    """Remove base slot ``node`` (no replica cached, no children) from the index and free
+    its slots; its
     parent's ``children`` drops by one. O(1) expected (backward-shift deletion)."""
     table = a.table
     mask = np.int64(len(table) - 1)
@@ -123,11 +139,12 @@ def delete(a: ReplayArrays, node: np.int64) -> None:
 @njit(cache=True, nogil=True)
 def rebuild_table(a: ReplayArrays) -> None:
     """Index every live node in ``a.table`` (zeroed, larger than before). A node is live
-    when cached or when it has children (free slots are neither). O(nodes)."""
+    when a replica is cached or when it has children (free slots are neither). O(slots)."""
     table = a.table
     mask = np.int64(len(table) - 1)
-    for node in range(a.scalars[HIGH]):
-        if a.flags[node] == 0 and a.children[node] == 0:
+    stride = a.scalars[STRIDE]
+    for node in range(0, a.scalars[HIGH], stride):
+        if a.children[node] == 0 and not a.flags[node : node + stride].any():
             continue
         slot = _home(_hkey(a, np.int64(a.parent[node])), a.key[node], mask)
         while table[slot] != 0:

@@ -22,23 +22,31 @@ from numba import njit
 
 from litehit_core.policy_replay.blocks import expire, read, write
 from litehit_core.policy_replay.dispatch import expires
-from litehit_core.policy_replay.quota import evict
+from litehit_core.policy_replay.quota import evict, evict_tiers
 from litehit_core.policy_replay.state import (
     CACHED_ALL,
+    NOW,
     PENDING,
+    STRIDE,
+    TIERS,
+    USERS,
     ReplayArrays,
     as_struct,
     room_needed,
 )
+from litehit_core.policy_replay.tiers import expire_tiers, read_tiered, write_tiered
 
-__all__ = ["GET", "REQUEST", "ROW_FIELDS", "WRITE", "flush", "replay_chunk"]
+__all__ = ["GET", "REQUEST", "ROW_FIELDS", "TICK", "WRITE", "flush", "replay_chunk"]
 
-GET, WRITE, REQUEST = 0, 1, 2
-"""Record kinds in ``kinds``."""
+GET, WRITE, REQUEST, TICK = 0, 1, 2, 3
+"""Record kinds in ``kinds``. A :data:`TICK` stands for another replay's read (a group
+replayed apart, :mod:`litehit_service.offline.optimize.parallel`): pending writes due by
+its time are applied and it gets a row (no hits) with the cached blocks at that moment."""
 ROW_FIELDS = ("record", "local_hits", "remote_hits", "cached", "cached_all", "acc_write")
 """Columns of ``rows`` (int64, one row per read): the record's index, its local and remote
-hit blocks, the instance's and every instance's cached blocks right after the read, and
-the keys the instance had written so far."""
+hit blocks, the instance's (every tier's) and every instance's cached blocks right after
+the read, and the keys the instance had written so far. A tiered replay adds, per tier,
+the hits it served, then per tier the instance's cached blocks in it."""
 
 
 @njit(cache=True, nogil=True)
@@ -52,12 +60,78 @@ def _apply_write(
     bucket: np.int64,
     known: np.int64,
 ) -> None:
+    a.scalars[NOW] = now
+    if a.tiering[inst, TIERS] > 1:
+        expire_tiers(a, inst, now)
+        write_tiered(a, inst, keys, lo, hi, now, bucket)
+        evict_tiers(a, inst)
+    else:
+        if expires(a, inst):
+            expire(a, inst, now)
+        write(a, inst, keys, lo, hi, now, bucket, known)
+        evict(a, inst)
+    cached = _cached(a, inst)
+    if cached > a.peak[inst]:
+        a.peak[inst] = cached
+
+
+@njit(cache=True, nogil=True)
+def _cached(a: ReplayArrays, inst: np.int64) -> np.int64:
+    """Blocks configured instance ``inst`` holds, summed over its tiers."""
+    users = a.scalars[USERS]
+    total = np.int64(0)
+    for tier in range(a.tiering[inst, TIERS]):
+        total += a.cached[inst + tier * users]
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _read(
+    a: ReplayArrays,
+    inst: np.int64,
+    keys: np.ndarray,
+    local: np.ndarray,
+    lo: np.int64,
+    hi: np.int64,
+    now: np.int64,
+) -> tuple[np.int64, np.int64, np.int64]:
+    """A read by any instance (tiered or not): (local hits, remote hits, known nodes in
+    ``a.path`` -- 0 when tiered: a promotion may evict)."""
+    a.scalars[NOW] = now
+    if a.tiering[inst, TIERS] > 1:
+        expire_tiers(a, inst, now)
+        local_hits, remote_hits, promoted = read_tiered(a, inst, keys, local, lo, hi, now)
+        if promoted:
+            evict_tiers(a, inst)
+        return local_hits, remote_hits, np.int64(0)
     if expires(a, inst):
         expire(a, inst, now)
-    write(a, inst, keys, lo, hi, now, bucket, known)
-    evict(a, inst)
-    if a.cached[inst] > a.peak[inst]:
-        a.peak[inst] = a.cached[inst]
+    return read(a, inst, keys, local, lo, hi, now)
+
+
+@njit(cache=True, nogil=True)
+def _fill_row(
+    a: ReplayArrays, rows: np.ndarray, row: np.int64, r: np.int64, inst: np.int64,
+    local_hits: np.int64, remote_hits: np.int64,
+) -> None:  # fmt: skip
+    rows[row, 0] = r
+    rows[row, 1] = local_hits
+    rows[row, 2] = remote_hits
+    rows[row, 3] = _cached(a, inst) if inst >= 0 else 0
+    rows[row, 4] = a.scalars[CACHED_ALL]
+    rows[row, 5] = a.acc_write[inst] if inst >= 0 else 0
+    if rows.shape[1] > 6:  # a tiered replay: hits and cached blocks per tier
+        stride = a.scalars[STRIDE]
+        users = a.scalars[USERS]
+        tiers = a.tiering[inst, TIERS] if inst >= 0 else 0
+        for tier in range(stride):
+            hits = np.int64(0)
+            held = np.int64(0)
+            if tier < tiers:
+                hits = a.tier_hits[tier] if tiers > 1 else local_hits + remote_hits
+                held = a.cached[inst + tier * users]
+            rows[row, 6 + tier] = hits
+            rows[row, 6 + stride + tier] = held
 
 
 @njit(cache=True, nogil=True)
@@ -125,8 +199,8 @@ def replay_chunk(
     a = as_struct(arrays)
     for r in range(start, stop):
         extra = a.scalars[PENDING]
-        if kinds[r] == WRITE or (kinds[r] == REQUEST and delay == 0):
-            extra += key_off[r + 1] - key_off[r]
+        if kinds[r] == WRITE or (kinds[r] == REQUEST and delay == 0) or a.scalars[STRIDE] > 1:
+            extra += key_off[r + 1] - key_off[r]  # a tiered read may promote its keys
         if room_needed(a, extra):
             return np.int64(r), wp, row, extra
         now = times[r]
@@ -137,18 +211,15 @@ def replay_chunk(
         if kinds[r] == WRITE:
             _apply_write(a, inst, keys, lo, hi, now, np.int64(buckets[r]), np.int64(0))
             continue
-        if expires(a, inst):
-            expire(a, inst, now)
-        local_hits, remote_hits, known = read(a, inst, keys, local, lo, hi, now)
+        if kinds[r] == TICK:
+            _fill_row(a, rows, row, np.int64(r), np.int64(-1), np.int64(0), np.int64(0))
+            row += 1
+            continue
+        local_hits, remote_hits, known = _read(a, inst, keys, local, lo, hi, now)
         fused = kinds[r] == REQUEST and delay == 0
         if kinds[r] == REQUEST and not fused:
             a.scalars[PENDING] += hi - lo
-        rows[row, 0] = r
-        rows[row, 1] = local_hits
-        rows[row, 2] = remote_hits
-        rows[row, 3] = a.cached[inst]
-        rows[row, 4] = a.scalars[CACHED_ALL]
-        rows[row, 5] = a.acc_write[inst]
+        _fill_row(a, rows, row, np.int64(r), inst, local_hits, remote_hits)
         row += 1
         if fused:  # due now, and nothing else is: the same as applying it before r + 1
             _apply_write(a, inst, keys, lo, hi, now, np.int64(buckets[r]), known)

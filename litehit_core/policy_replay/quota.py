@@ -1,6 +1,7 @@
 """Group quotas: capacity eviction after a write, by eviction mode (spec §4), compiled.
 
-After instance ``i`` of group ``G`` wrote, while the group's usage exceeds its quota:
+After instance ``i`` of group ``G`` wrote (tiers: each tier ``t`` of ``i`` in its group
+``G_t``, tier 0 first, :func:`evict_tiers`), while the group's usage exceeds its quota:
 mode 2 (INSTANCE_ROUGH) asks ``i``'s policy for ``batch`` victims, mode 3
 (INSTANCE_PRECISE) for ``min(batch, ceil(excess / bytes_per_block_i))``, mode 1
 (GROUP_ROUGH) asks every instance of ``G`` in configuration order for ``batch`` victims
@@ -13,11 +14,30 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from litehit_core.policy_replay.blocks import remove_block
+from litehit_core.policy_replay.blocks import put, remove_block
 from litehit_core.policy_replay.dispatch import choose_victims, one_shot
-from litehit_core.policy_replay.state import BATCH, CACHED, MODE, ReplayArrays
+from litehit_core.policy_replay.state import (
+    BATCH,
+    CACHED,
+    CASCADING,
+    EVICTED,
+    MODE,
+    NONE,
+    NOW,
+    TIERS,
+    USERS,
+    WRITE_MODE,
+    ReplayArrays,
+)
 
-__all__ = ["EVICTION_MODES", "GROUP_ROUGH", "INSTANCE_PRECISE", "INSTANCE_ROUGH", "evict"]
+__all__ = [
+    "EVICTION_MODES",
+    "GROUP_ROUGH",
+    "INSTANCE_PRECISE",
+    "INSTANCE_ROUGH",
+    "evict",
+    "evict_tiers",
+]
 
 GROUP_ROUGH, INSTANCE_ROUGH, INSTANCE_PRECISE = 1, 2, 3
 EVICTION_MODES = {
@@ -31,9 +51,13 @@ EVICTION_MODES = {
 @njit(cache=True, nogil=True)
 def _take(a: ReplayArrays, inst: np.int64, m: np.int64) -> np.int64:
     """Ask ``inst``'s policy for ``m`` victims and remove them; how many went (a victim
-    drawn twice goes once)."""
+    drawn twice goes once). A cascading tier first writes each victim into the next tier
+    (spec §7; evicted from the last tier, it is gone)."""
     got = np.int64(0)
     out = a.victims
+    users = a.scalars[USERS]
+    user = inst % users
+    demote = a.tiering[user, WRITE_MODE] == CASCADING and inst // users + 1 < a.tiering[user, TIERS]
     while got < m:
         k = choose_victims(a, inst, m - got, out)
         if k == 0:
@@ -41,7 +65,10 @@ def _take(a: ReplayArrays, inst: np.int64, m: np.int64) -> np.int64:
         for t in range(k):
             node = np.int64(out[t])
             if a.flags[node] & CACHED:
-                remove_block(a, inst, node)
+                if demote:  # cascading: into the next tier as a fresh write, first
+                    bucket = np.int64(a.bucket[node]) if len(a.bucket) else np.int64(NONE)
+                    put(a, inst + users, node + 1, a.scalars[NOW], bucket)
+                remove_block(a, inst, node, np.int64(EVICTED))
                 got += 1
         if one_shot(a, inst):
             break
@@ -73,3 +100,13 @@ def evict(a: ReplayArrays, inst: np.int64) -> None:
             evicted = _take(a, inst, m)
         if evicted == 0:
             return
+
+
+@njit(cache=True, nogil=True)
+def evict_tiers(a: ReplayArrays, user: np.int64) -> None:
+    """Bring each tier of configured instance ``user`` back within its group's quota,
+    tier 0 first (a cascading tier's demotions reach the next tier before it is looked
+    at). Untiered: :func:`evict` once."""
+    users = a.scalars[USERS]
+    for tier in range(a.tiering[user, TIERS]):
+        evict(a, user + tier * users)

@@ -18,8 +18,13 @@ from litehit_core.policy_replay.check import check_arrays
 from litehit_core.policy_replay.index import rebuild_table
 from litehit_core.policy_replay.loop import ROW_FIELDS, WRITE, flush, replay_chunk
 from litehit_core.policy_replay.state import (
+    LIVES,
     PENDING,
+    STRIDE,
+    USERS,
     InstanceSetup,
+    ReplayArrays,
+    TierSetup,
     allocate,
     memory_bytes,
     reserve,
@@ -49,7 +54,9 @@ class ReplaySetup(NamedTuple):
     """What is replayed: the ``instances`` in configuration order, each group's quota in
     bytes (``quotas``, -1 = infinite) and ``members`` (instance indices in configuration
     order), the distinct TTLs in ns that ``buckets`` index (``ttl_values``), the eviction
-    mode (1-3), the batch size per instance and the write delay of requests in ns."""
+    mode (1-3), the batch size per instance and the write delay of requests in ns;
+    ``tiers[g]``: group g's tiers (None or absent: untiered, its quota is ``quotas[g]``);
+    ``analyse``: keep every node and record lives and read hits per key (analyses)."""
 
     instances: tuple[InstanceSetup, ...]
     quotas: tuple[int, ...]
@@ -58,13 +65,17 @@ class ReplaySetup(NamedTuple):
     eviction_mode: int
     batch: int
     delay_ns: int
+    tiers: tuple[TierSetup | None, ...] = ()
+    analyse: bool = False
 
 
 class ReplayResult(NamedTuple):
-    """``rows``: int64 (reads x :data:`~litehit_core.policy_replay.loop.ROW_FIELDS`), in
-    replay order; per instance at the end: ``cached``, ``peak`` (most cached after a
-    write), ``evicted``, ``expired``, ``written`` (keys); ``memory_bytes``: the arrays'
-    bytes at the end."""
+    """``rows``: int64 (reads x :data:`~litehit_core.policy_replay.loop.ROW_FIELDS`, plus
+    two columns per tier when tiered), in replay order; per instance at the end, summed
+    over its tiers: ``cached``, ``peak`` (most cached after a write), ``evicted``,
+    ``expired``, ``written`` (keys); ``tier_cached``/``tier_evicted``: (instances x
+    tiers); ``memory_bytes``: the arrays' bytes at the end; ``arrays``: the final arrays
+    (analyses read the nodes, ``lives`` and ``key_node``)."""
 
     rows: np.ndarray
     cached: np.ndarray
@@ -73,6 +84,9 @@ class ReplayResult(NamedTuple):
     expired: np.ndarray
     written: np.ndarray
     memory_bytes: int
+    tier_cached: np.ndarray
+    tier_evicted: np.ndarray
+    arrays: ReplayArrays
 
 
 def replay(
@@ -93,10 +107,14 @@ def replay(
         batch=setup.batch,
         with_ttl=any(s.kind == _ttl_kind() for s in setup.instances),
         longest=int(np.diff(records.key_off).max()) if len(records.kinds) else 0,
+        tiers=setup.tiers,
+        analyse_keys=len(records.keys) if setup.analyse else -1,
     )
+    stride = int(arrays.scalars[STRIDE])
     n_records = len(records.kinds)
     n_reads = int(np.count_nonzero(records.kinds != WRITE))
-    rows = np.zeros((n_reads, len(ROW_FIELDS)), dtype=np.int64)
+    width = len(ROW_FIELDS) + (2 * stride if stride > 1 else 0)
+    rows = np.zeros((n_reads, width), dtype=np.int64)
     delay = np.int64(setup.delay_ns)
     wp = np.int64(0)
     row = np.int64(0)
@@ -123,14 +141,22 @@ def replay(
           records.buckets, delay, wp, np.int64(n_records))  # fmt: skip
     if check:
         check_arrays(arrays)
+    users = int(arrays.scalars[USERS])
+
+    def per_tier(values: np.ndarray) -> np.ndarray:
+        return values.reshape(stride, users).T.copy()
+
     return ReplayResult(
         rows=rows[:row],
-        cached=arrays.cached.copy(),
-        peak=arrays.peak.copy(),
-        evicted=arrays.evicted.copy(),
-        expired=arrays.expired.copy(),
-        written=arrays.acc_write.copy(),
+        cached=per_tier(arrays.cached).sum(axis=1),
+        peak=arrays.peak[:users].copy(),
+        evicted=per_tier(arrays.evicted).sum(axis=1),
+        expired=per_tier(arrays.expired).sum(axis=1),
+        written=arrays.acc_write[:users].copy(),
         memory_bytes=memory_bytes(arrays),
+        tier_cached=per_tier(arrays.cached),
+        tier_evicted=per_tier(arrays.evicted),
+        arrays=arrays._replace(lives=arrays.lives[: int(arrays.scalars[LIVES])]),
     )
 
 

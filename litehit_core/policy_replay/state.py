@@ -10,7 +10,20 @@ numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one
   list links: an LRU list, or a RandomLRU node's position in its dense array; ``next``
   also links the free slots), and for TTL runs ``anchor`` (ns of the latest TTL anchor),
   ``bucket`` (the index of the block's TTL in ``ttl_values``, -1 = never expires) and
-  ``tprev``/``tnext`` (the per-(instance, TTL) expiry list, oldest anchor first);
+  ``tprev``/``tnext`` (the per-(instance, TTL) expiry list, oldest anchor first); for
+  tiered runs ``wcount`` (writes of the block's path since it was last uncached, on the
+  base slot); for analyses (``litehit lifecycle``/``export-tree``) ``life`` (the row of
+  ``lives`` of the block's current life, -1 none);
+- **tiers** (:mod:`~litehit_core.policy_replay.tiers`): a node is :data:`STRIDE`
+  consecutive slots, one *replica* per tier (tier ``t`` of base slot ``b`` at ``b + t``;
+  one slot without tiers). The index, ``key`` and ``children`` live on the base slot;
+  every per-block array above (``seq``, ``flags``, the links, ``cached_children``, TTL,
+  ``life``) is per replica, and a replica's ``parent`` is its parent's replica of the same
+  tier, so a policy works on one tier's replicas as on an untiered cache. Tier ``t`` of
+  instance ``u`` is the *internal instance* ``u + t * USERS`` (tier 0 is ``u`` itself),
+  with its own policy state and its own group ``g + t * groups``; ``tiering`` (per
+  instance: :data:`TIERS`, :data:`WRITE_MODE`, :data:`PROPAGATE`, :data:`PROMOTE`,
+  :data:`THRESHOLD`) says how its tiers are written and read;
 - **index**: ``table``, an open-addressing table (power of two, linear probing) of
   ``slot + 1`` keyed by ``(parent, key)`` (:mod:`~litehit_core.policy_replay.index`);
 - **instances** (configuration order): ``kind`` (the policy's code), ``group``, ``bpb``
@@ -22,10 +35,15 @@ numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one
   ``dense`` and of ``dense_seq``, the same blocks' ``seq``, so a draw reads one array);
 - **groups**: ``quota`` (bytes, -1 = infinite), ``usage`` (bytes), ``members`` (instance
   indices in configuration order, group g's at ``member_off[g]:member_off[g + 1]``);
+- **analyses** (empty arrays otherwise): ``lives`` (one row per block life, the columns
+  :data:`LIFE_FIELDS`) and ``key_node`` (per key of the records: the base slot a read hit,
+  -1 otherwise); with :data:`KEEP` set no node is ever freed, so a slot names one path
+  for the whole replay;
 - ``scalars`` (:data:`SEQ`, :data:`FREE_HEAD`, :data:`NODES`, :data:`CACHED_ALL`,
-  :data:`MODE`, :data:`BATCH`, :data:`HIGH`, :data:`PENDING`); scratch: ``victims`` (one
-  eviction call's) and ``path`` (the nodes a read found, for the write of the same keys
-  right after it).
+  :data:`MODE`, :data:`BATCH`, :data:`HIGH`, :data:`PENDING`, :data:`STRIDE`,
+  :data:`USERS`, :data:`NOW`, :data:`KEEP`, :data:`LIVES`); scratch: ``victims`` (one
+  eviction call's), ``path`` (the nodes a read found, for the write of the same keys
+  right after it) and ``tier_hits`` (one read's hits per tier).
 
 A node is freed as soon as it is neither cached nor has children (so memory follows the
 cached blocks and their uncached ancestors, not every path ever written). Growth happens
@@ -45,18 +63,37 @@ from numba import njit, types
 from numba.experimental import structref
 
 __all__ = [
+    "ALIVE",
     "BATCH",
     "CACHED",
     "CACHED_ALL",
+    "CASCADING",
+    "EVICTED",
+    "EXPIRED",
     "FREE_HEAD",
     "HIGH",
+    "KEEP",
+    "LIFE_FIELDS",
+    "LIVES",
+    "NOW",
     "PENDING",
+    "PROMOTE",
+    "PROPAGATE",
     "MODE",
     "NODES",
     "MIN_NODES",
     "NONE",
     "SEQ",
+    "STRIDE",
+    "THRESHOLD",
+    "TIERS",
+    "USERS",
+    "WRITE_MODE",
+    "WRITE_SELECTIVE",
+    "WRITE_THROUGH",
+    "InstanceSetup",
     "ReplayArrays",
+    "TierSetup",
     "allocate",
     "as_struct",
     "memory_bytes",
@@ -70,18 +107,38 @@ CACHED = np.uint8(1)
 """``flags`` bit: the block is cached."""
 
 SEQ, FREE_HEAD, NODES, CACHED_ALL, MODE, BATCH, HIGH, PENDING = range(8)
-"""Indices into ``scalars``: the next recency value, the first freed slot (-1: none),
-live nodes, cached blocks over every instance, the eviction mode, the batch size per
-instance, the high-water mark (slots from it on were never used), the keys of writes still
-pending (requests read, not yet written)."""
-_N_SCALARS = 8
+"""Indices into ``scalars``: the next recency value, the first freed base slot (-1: none),
+live nodes, cached blocks over every instance and tier, the eviction mode, the batch size
+per instance, the high-water mark (slots from it on were never used), the keys of writes
+still pending (requests read, not yet written)."""
+STRIDE, USERS, NOW, KEEP, LIVES = range(8, 13)
+"""More ``scalars``: slots per node (the most tiers of any instance; 1 untiered), the
+configured instances, the time (ns) of the event being replayed, 1 when nodes are never
+freed (analyses), rows of ``lives`` used."""
+_N_SCALARS = 13
+TIERS, WRITE_MODE, PROPAGATE, PROMOTE, THRESHOLD = range(5)
+"""Columns of ``tiering`` (one row per configured instance): its tiers (1 = untiered),
+write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`, :data:`CASCADING`), whether a
+hit touches every tier holding the block, whether a hit from a lower tier copies the block
+up, and the selective write threshold."""
+WRITE_THROUGH, WRITE_SELECTIVE, CASCADING = range(3)
+"""Tier write modes (spec §7)."""
+LIFE_FIELDS = ("node", "inst", "birth", "death", "hits", "last_hit", "cause")
+"""Columns of ``lives`` (int64): the replica slot, the internal instance (its tier), birth
+and death ns (-1 alive), read hits during the life, ns of the latest (-1 none), and how it
+ended (:data:`ALIVE`, :data:`EVICTED`, :data:`EXPIRED`)."""
+ALIVE, EVICTED, EXPIRED = range(3)
 MIN_NODES = 1024
 """Node slots a replay starts with (then grown as needed)."""
 _NODE_DTYPES = {"key": np.int64, "parent": np.int32, "seq": np.int64, "flags": np.uint8,
                 "children": np.int32, "cached_children": np.int32, "prev": np.int32,
                 "next": np.int32}  # fmt: skip
 _TTL_DTYPES = {"anchor": np.int64, "bucket": np.int32, "tprev": np.int32, "tnext": np.int32}
-"""The per-node arrays (TTL runs only: the second table), with their dtypes."""
+_TIER_DTYPES = {"wcount": np.int32}
+_LIFE_DTYPES = {"life": np.int64}
+"""The per-slot arrays (TTL runs, tiered runs and analyses only: the last three tables),
+with their dtypes."""
+_OPTIONAL_NODE_DTYPES = {**_TTL_DTYPES, **_TIER_DTYPES, **_LIFE_DTYPES}
 GROWTH = 1.5
 """Node arrays grow by this factor (memory per block vs copies: 1.5 keeps at most a third
 of the slots unused)."""
@@ -102,6 +159,8 @@ class ReplayArrays(NamedTuple):
     bucket: np.ndarray
     tprev: np.ndarray
     tnext: np.ndarray
+    wcount: np.ndarray
+    life: np.ndarray
     table: np.ndarray
     kind: np.ndarray
     group: np.ndarray
@@ -131,6 +190,10 @@ class ReplayArrays(NamedTuple):
     scalars: np.ndarray
     victims: np.ndarray
     path: np.ndarray
+    tiering: np.ndarray
+    tier_hits: np.ndarray
+    lives: np.ndarray
+    key_node: np.ndarray
 
 
 @structref.register
@@ -167,6 +230,8 @@ def as_struct(a: ReplayArrays) -> _State:
         a.bucket,
         a.tprev,
         a.tnext,
+        a.wcount,
+        a.life,
         a.table,
         a.kind,
         a.group,
@@ -196,6 +261,10 @@ def as_struct(a: ReplayArrays) -> _State:
         a.scalars,
         a.victims,
         a.path,
+        a.tiering,
+        a.tier_hits,
+        a.lives,
+        a.key_node,
     )
 
 
@@ -214,6 +283,18 @@ class InstanceSetup(NamedTuple):
     dense: bool
 
 
+class TierSetup(NamedTuple):
+    """A tiered group (spec §7): each tier's quota in bytes (-1 infinite; tier 0 first),
+    the write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`, :data:`CASCADING`),
+    access propagation, promotion, the selective write threshold."""
+
+    quotas: tuple[int, ...]
+    write_mode: int = WRITE_THROUGH
+    propagate: bool = True
+    promote: bool = False
+    threshold: int = 2
+
+
 RNG_SEED = np.uint64(0x12345678ABCDEF01)
 """Every RandomLRU generator's initial state (spec §5)."""
 
@@ -228,28 +309,66 @@ def allocate(
     batch: int,
     with_ttl: bool,
     longest: int = 0,
+    tiers: Sequence[TierSetup | None] = (),
+    analyse_keys: int = -1,
 ) -> ReplayArrays:
     """Fresh arrays for ``instances`` in ``len(quotas)`` groups (``quotas`` in bytes, -1
     infinite; ``members[g]`` the instance indices of group g in configuration order),
     ``ttl_values`` the distinct block TTLs in ns (> 0) and ``with_ttl`` whether any
-    instance expires blocks, ``longest`` the most keys of one record. Node arrays start
-    small; :func:`reserve` grows them.
-    O(instances + groups + TTLs)."""
-    n_inst = len(instances)
-    n_nodes = MIN_NODES
-    ttl_nodes = n_nodes if with_ttl else 0
+    instance expires blocks, ``longest`` the most keys of one record; ``tiers[g]`` a
+    tiered group's tiers (its ``quotas[g]`` is then unused); ``analyse_keys`` >= 0: keep
+    every node and record lives and, per key of the records, the node a read hit. Node
+    arrays start small; :func:`reserve` grows them. O(instances x tiers + groups + TTLs)."""
+    n_users = len(instances)
+    n_groups = len(quotas)
+    by_group = [*tiers, *[None] * (n_groups - len(tiers))]
+    group_tiers = [len(t.quotas) if t is not None else 1 for t in by_group]
+    stride = max(group_tiers, default=1)
+    n_inst = n_users * stride
+    n_nodes = MIN_NODES * stride
+    optional = {
+        **(_TTL_DTYPES if with_ttl else {}),
+        **(_TIER_DTYPES if stride > 1 else {}),
+        **(_LIFE_DTYPES if analyse_keys >= 0 else {}),
+    }
+    node_arrays = {
+        name: np.empty(n_nodes if name in optional else 0, dtype=dtype)
+        for name, dtype in _OPTIONAL_NODE_DTYPES.items()
+    }
     n_buckets = len(ttl_values)
-    member_off = np.zeros(len(quotas) + 1, dtype=np.int64)
-    member_off[1:] = np.cumsum([len(m) for m in members])
-    flat = [i for m in members for i in m]
-    largest_draw = max([s.sample for s in instances] + [batch])
+    tier_quota = [
+        [
+            (by_group[g].quotas[t] if by_group[g] is not None else quotas[g])
+            if t < group_tiers[g]
+            else -1
+            for g in range(n_groups)
+        ]
+        for t in range(stride)
+    ]
+    all_members = [[u + t * n_users for u in m] for t in range(stride) for m in members]
+    member_off = np.zeros(len(all_members) + 1, dtype=np.int64)
+    member_off[1:] = np.cumsum([len(m) for m in all_members])
+    tiering = np.zeros((n_users, 5), dtype=np.int64)
+    for u, s in enumerate(instances):
+        setup = by_group[s.group]
+        tiering[u, TIERS] = group_tiers[s.group]
+        if setup is not None:
+            tiering[u, WRITE_MODE] = setup.write_mode
+            tiering[u, PROPAGATE] = setup.propagate
+            tiering[u, PROMOTE] = setup.promote
+            tiering[u, THRESHOLD] = setup.threshold
+    # internal instance u + t * n_users = tier t of instance u; a tier the instance does
+    # not have is inert (never written) and draws nothing
+    inner = [(s, t) for t in range(stride) for s in instances]
+    sample = [s.sample if t < group_tiers[s.group] else 0 for s, t in inner]
+    largest_draw = max(sample + [batch])
     arrays = ReplayArrays(
         **{name: np.empty(n_nodes, dtype=dtype) for name, dtype in _NODE_DTYPES.items()},
-        **{name: np.empty(ttl_nodes, dtype=dtype) for name, dtype in _TTL_DTYPES.items()},
-        table=np.zeros(4 * n_nodes, dtype=np.int32),
-        kind=np.array([s.kind for s in instances], dtype=np.int8),
-        group=np.array([s.group for s in instances], dtype=np.int32),
-        bpb=np.array([s.bytes_per_block for s in instances], dtype=np.int64),
+        **node_arrays,
+        table=np.zeros(4 * MIN_NODES, dtype=np.int32),
+        kind=np.array([s.kind for s, _ in inner], dtype=np.int8),
+        group=np.array([s.group + t * n_groups for s, t in inner], dtype=np.int32),
+        bpb=np.array([s.bytes_per_block for s, _ in inner], dtype=np.int64),
         cached=np.zeros(n_inst, dtype=np.int64),
         head=np.full(n_inst, NONE, dtype=np.int32),
         tail=np.full(n_inst, NONE, dtype=np.int32),
@@ -257,10 +376,10 @@ def allocate(
         peak=np.zeros(n_inst, dtype=np.int64),
         evicted=np.zeros(n_inst, dtype=np.int64),
         expired=np.zeros(n_inst, dtype=np.int64),
-        sample=np.array([s.sample for s in instances], dtype=np.int64),
+        sample=np.array(sample, dtype=np.int64),
         rng=np.full(n_inst, RNG_SEED, dtype=np.uint64),
-        fallback=np.array([s.fallback for s in instances], dtype=np.uint8),
-        refresh=np.array([s.refresh for s in instances], dtype=np.uint8),
+        fallback=np.array([s.fallback for s, _ in inner], dtype=np.uint8),
+        refresh=np.array([s.refresh for s, _ in inner], dtype=np.uint8),
         dense_start=np.zeros(n_inst, dtype=np.int64),
         dense_cap=np.zeros(n_inst, dtype=np.int64),
         dense=np.zeros(0, dtype=np.int32),
@@ -268,57 +387,94 @@ def allocate(
         ttl_values=np.array(ttl_values, dtype=np.int64),
         thead=np.full(n_inst * n_buckets, NONE, dtype=np.int32),
         ttail=np.full(n_inst * n_buckets, NONE, dtype=np.int32),
-        quota=np.array(quotas, dtype=np.int64),
-        usage=np.zeros(len(quotas), dtype=np.int64),
+        quota=np.array([q for row in tier_quota for q in row], dtype=np.int64),
+        usage=np.zeros(n_groups * stride, dtype=np.int64),
         member_off=member_off,
-        members=np.array(flat, dtype=np.int32),
+        members=np.array([i for m in all_members for i in m], dtype=np.int32),
         scalars=np.zeros(_N_SCALARS, dtype=np.int64),
         victims=np.zeros(max(largest_draw, 1), dtype=np.int32),
         path=np.zeros(max(longest, 1), dtype=np.int32),
+        tiering=tiering,
+        tier_hits=np.zeros(stride, dtype=np.int64),
+        lives=np.empty((MIN_NODES if analyse_keys >= 0 else 0, len(LIFE_FIELDS)), dtype=np.int64),
+        key_node=np.full(max(analyse_keys, 0), NONE, dtype=np.int32),
     )
     arrays.scalars[MODE] = eviction_mode
     arrays.scalars[BATCH] = batch
     arrays.scalars[FREE_HEAD] = NONE
+    arrays.scalars[STRIDE] = stride
+    arrays.scalars[USERS] = n_users
+    arrays.scalars[KEEP] = analyse_keys >= 0
     return arrays
 
 
 @njit(cache=True, nogil=True)
+def _dense_need(a: ReplayArrays, inst: np.int64, extra: np.int64) -> np.int64:
+    """Blocks a dense instance may hold before the next check: its own plus ``extra``
+    (inserts and promotions), plus for a lower tier every block the tier above may demote
+    (its cached plus ``extra``)."""
+    need = a.cached[inst] + extra
+    users = a.scalars[USERS]
+    if inst >= users:
+        need += a.cached[inst - users] + extra
+    return need
+
+
+@njit(cache=True, nogil=True)
 def room_needed(a: ReplayArrays, extra: np.int64) -> bool:
-    """Whether ``extra`` more nodes (and as many dense entries per dense instance) may not
-    fit: too few free slots, the table over half full, or a dense segment too small. The
-    loop asks before each record; the driver then calls :func:`reserve`. O(instances)."""
+    """Whether ``extra`` more nodes (and as many blocks per dense instance and tier, and
+    lives) may not fit: too few free slots, the table over half full, a dense segment too
+    small, ``lives`` too short. The loop asks before each record; the driver then calls
+    :func:`reserve`. O(instances)."""
     want = a.scalars[NODES] + extra
-    if want > len(a.key) or 2 * want > len(a.table):
+    if want * a.scalars[STRIDE] > len(a.key) or 2 * want > len(a.table):
         return True
     for inst in range(len(a.dense_cap)):
-        if a.sample[inst] and a.cached[inst] + extra > a.dense_cap[inst]:
+        if a.sample[inst] and _dense_need(a, np.int64(inst), extra) > a.dense_cap[inst]:
             return True
-    return False
+    return a.scalars[KEEP] == 1 and _lives_need(a, extra) > len(a.lives)
+
+
+@njit(cache=True, nogil=True)
+def _lives_need(a: ReplayArrays, extra: np.int64) -> np.int64:
+    """Rows of ``lives`` a record may need: one per insert into any tier (at most
+    ``extra`` per tier) and one per demotion (at most every cached block plus those)."""
+    stride = a.scalars[STRIDE]
+    return a.scalars[LIVES] + 2 * stride * extra + a.scalars[CACHED_ALL]
 
 
 def reserve(arrays: ReplayArrays, new_nodes: int, rebuild_table: object) -> ReplayArrays:
     """``arrays``, grown (new arrays where needed, the rest shared) so that ``new_nodes``
-    more nodes fit with the table at most half full, and each dense instance has room for
-    ``new_nodes`` more blocks in its segment. ``rebuild_table(arrays)`` fills a fresh
-    (zeroed) table from the live nodes (the index module's kernel). Amortised O(1) per
-    node: capacities grow geometrically."""
+    more nodes fit with the table at most half full, each dense instance has room for
+    what ``new_nodes`` more keys may bring it, and ``lives`` for their lives.
+    ``rebuild_table(arrays)`` fills a fresh (zeroed) table from the live nodes (the index
+    module's kernel). Amortised O(1) per node: capacities grow geometrically."""
+    stride = int(arrays.scalars[STRIDE])
     n = len(arrays.key)
     live = int(arrays.scalars[NODES])
     want = live + new_nodes
-    if want > n:
-        arrays = _grow_nodes(arrays, max(int(GROWTH * n), want))
+    if want * stride > n:
+        arrays = _grow_nodes(arrays, max(int(GROWTH * n), want * stride))
     if 2 * want > len(arrays.table):
         size = len(arrays.table)
         while 2 * want > size:
             size *= 2
         arrays = arrays._replace(table=np.zeros(size, dtype=np.int32))
         rebuild_table(arrays)
+    if arrays.scalars[KEEP]:
+        need = int(_lives_need(arrays, np.int64(new_nodes)))
+        if need > len(arrays.lives):
+            lives = np.empty((max(int(GROWTH * len(arrays.lives)), need), len(LIFE_FIELDS)),
+                             dtype=np.int64)  # fmt: skip
+            used = int(arrays.scalars[LIVES])
+            lives[:used] = arrays.lives[:used]
+            arrays = arrays._replace(lives=lives)
     return _grow_dense(arrays, new_nodes)
 
 
 def _grow_nodes(arrays: ReplayArrays, n: int) -> ReplayArrays:
     used = int(arrays.scalars[HIGH])
-    names = [*_NODE_DTYPES, *(_TTL_DTYPES if len(arrays.anchor) else ())]
+    names = [*_NODE_DTYPES, *(k for k in _OPTIONAL_NODE_DTYPES if len(getattr(arrays, k)))]
     grown: dict[str, np.ndarray] = {}
     for name in names:
         old = getattr(arrays, name)
@@ -328,13 +484,14 @@ def _grow_nodes(arrays: ReplayArrays, n: int) -> ReplayArrays:
 
 
 def _grow_dense(arrays: ReplayArrays, extra: int) -> ReplayArrays:
-    """Re-lay the dense segments when one lacks room for ``extra`` more blocks (each new
-    capacity: :data:`GROWTH` times what it needs). O(dense blocks) when it happens."""
-    dense_needs = [extra if s else -1 for s in arrays.sample]
-    need = [
-        int(arrays.cached[i]) + int(want) if want >= 0 else 0 for i, want in enumerate(dense_needs)
-    ]
+    """Re-lay the dense segments when one lacks room for what ``extra`` more keys may
+    bring it (:func:`_dense_need`; each new capacity: :data:`GROWTH` times that).
+    O(dense blocks) when it happens."""
     caps = arrays.dense_cap
+    need = [
+        int(_dense_need(arrays, np.int64(i), np.int64(extra))) if s else 0
+        for i, s in enumerate(arrays.sample)
+    ]
     if all(n <= int(c) for n, c in zip(need, caps, strict=True)):
         return arrays
     new_caps = np.array(
@@ -345,8 +502,8 @@ def _grow_dense(arrays: ReplayArrays, extra: int) -> ReplayArrays:
     starts[1:] = np.cumsum(new_caps)[:-1]
     dense = np.zeros(int(new_caps.sum()), dtype=np.int32)
     dense_seq = np.zeros(int(new_caps.sum()), dtype=np.int64)
-    for i, extra in enumerate(dense_needs):
-        if extra >= 0 and caps[i]:
+    for i, s in enumerate(arrays.sample):
+        if s and caps[i]:
             count = int(arrays.cached[i])
             old = int(arrays.dense_start[i])
             dense[starts[i] : starts[i] + count] = arrays.dense[old : old + count]
@@ -359,10 +516,15 @@ def _grow_dense(arrays: ReplayArrays, extra: int) -> ReplayArrays:
 def memory_bytes(arrays: ReplayArrays) -> int:
     """Bytes the arrays of ``arrays`` hold in use: the node arrays up to the high-water
     mark (slots past it were allocated with ``np.empty`` and never touched, so the OS has
-    not backed them), every other array whole. O(fields)."""
+    not backed them), ``lives`` up to its rows used, every other array whole. O(fields)."""
     used = int(arrays.scalars[HIGH])
-    node_fields = {*_NODE_DTYPES, *_TTL_DTYPES}
-    return sum(
-        int(a.itemsize) * min(used, len(a)) if name in node_fields else int(a.nbytes)
-        for name, a in zip(ReplayArrays._fields, arrays, strict=True)
-    )
+    node_fields = {*_NODE_DTYPES, *_OPTIONAL_NODE_DTYPES}
+    total = 0
+    for name, a in zip(ReplayArrays._fields, arrays, strict=True):
+        if name in node_fields:
+            total += int(a.itemsize) * min(used, len(a))
+        elif name == "lives":
+            total += int(a.itemsize) * a.shape[1] * int(arrays.scalars[LIVES])
+        else:
+            total += int(a.nbytes)
+    return total
