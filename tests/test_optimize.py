@@ -314,7 +314,49 @@ def _fails(tmp_path: Path, config: Path, *message: str) -> None:
         ({"instances": ("a", "a")}, ("instance 'a' is already configured",)),
         (
             {"group_extra": {"tier_strategy": {"hierarchical_eviction_enabled": True}}},
-            ("tier_strategy.hierarchical_eviction_enabled", "tiered configuration"),
+            ("instance_groups[0].storages: must be at least one storage (a tier)",),
+        ),
+        (
+            {"group_extra": {"tier_strategy": {"write_mode": "write_back"}}},
+            (
+                "tier_strategy.write_mode: must be one of ['write_through', "
+                "'write_through_selective', 'cascading'], got 'write_back'",
+            ),
+        ),
+        (
+            {"group_extra": {"tier_strategy": {"selective_write_threshold": 0}}},
+            ("selective_write_threshold: must be an integer >= 1, got 0",),
+        ),
+        (
+            {"group_extra": {"tier_flows": [{"from": "hbm", "to": "ssd"}]}},
+            (
+                "instance_groups[0].tier_flows: tier_flows (explicit flows between tiers) is "
+                "not replayed",
+            ),
+        ),
+        (
+            {
+                "group_extra": {
+                    "hierarchical_eviction_enabled": True,
+                    "storages": [
+                        {"unique_name": "hbm", "priority": 0, "capacity": 1},
+                        {"unique_name": "hbm", "priority": 0, "capacity": 2},
+                    ],
+                }
+            },
+            (
+                "storages[1].unique_name: must be unique, got 'hbm'",
+                "storages[1].priority: must be distinct in its group, got 0",
+            ),
+        ),
+        (
+            {
+                "group_extra": {
+                    "hierarchical_eviction_enabled": True,
+                    "storages": [{"unique_name": "hbm", "capacity": 1}],
+                }
+            },
+            ("storages[0].priority: missing required field",),
         ),
         (
             {"group_extra": {"colour": "red"}},

@@ -28,6 +28,14 @@ from litehit_core.policy_replay.replay import (
     replay,
     warm_up,
 )
-from litehit_core.policy_replay.state import InstanceSetup
+from litehit_core.policy_replay.state import InstanceSetup, TierSetup
 
-__all__ = ["InstanceSetup", "ReplayRecords", "ReplayResult", "ReplaySetup", "replay", "warm_up"]
+__all__ = [
+    "InstanceSetup",
+    "ReplayRecords",
+    "ReplayResult",
+    "ReplaySetup",
+    "TierSetup",
+    "replay",
+    "warm_up",
+]

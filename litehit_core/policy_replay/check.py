@@ -22,6 +22,7 @@ from litehit_core.policy_replay.state import (
     NONE,
     PENDING,
     STRIDE,
+    TIERS,
     USERS,
     ReplayArrays,
 )
@@ -128,6 +129,8 @@ def _check_policy(a: ReplayArrays, inst: int, mine: list[int]) -> None:
     if kind == leaf_aware_lru.KIND:
         leaves = sorted(n for n in mine if a.cached_children[n] == 0)
         assert sorted(order) == leaves, "the leaf list holds exactly the evictable blocks"
+        if a.tiering[inst % int(a.scalars[USERS]), TIERS] > 1:
+            return  # a tier may hold a block whose parent only another tier holds
         for n in mine:
             parent = int(a.parent[n])
             assert parent < 0 or a.flags[parent] & CACHED, "leaf-aware caches are prefix-closed"

@@ -23,6 +23,7 @@ from litehit_core.kernels import home_slot
 from litehit_core.policy_replay.state import (
     FREE_HEAD,
     HIGH,
+    KEEP,
     NODES,
     NONE,
     STRIDE,
@@ -143,9 +144,10 @@ def rebuild_table(a: ReplayArrays) -> None:
     table = a.table
     mask = np.int64(len(table) - 1)
     stride = a.scalars[STRIDE]
+    keep = a.scalars[KEEP]
     for node in range(0, a.scalars[HIGH], stride):
-        if a.children[node] == 0 and not a.flags[node : node + stride].any():
-            continue
+        if keep == 0 and a.children[node] == 0 and not a.flags[node : node + stride].any():
+            continue  # a free slot (analyses keep every node, cached or not)
         slot = _home(_hkey(a, np.int64(a.parent[node])), a.key[node], mask)
         while table[slot] != 0:
             slot = (slot + 1) & mask

@@ -28,13 +28,15 @@ ONE_SHOT = False
 
 @njit(cache=True, nogil=True)
 def on_write(a: ReplayArrays, inst: np.int64, node: np.int64, inserted: bool) -> None:
-    """A write inserted ``node`` (a new leaf; ``cached_children`` of its parent already
-    counts it) or rewrote it."""
+    """A write inserted ``node`` (``cached_children`` of its parent already counts it; a
+    leaf unless a tier's promotion or selective write brings back a block whose children
+    the tier holds) or rewrote it."""
     if inserted:
         parent = np.int64(a.parent[node])
         if parent >= 0 and a.flags[parent] & CACHED and a.cached_children[parent] == 1:
             unlink(a.prev, a.next, a.head, a.tail, inst, parent)
-        append(a.prev, a.next, a.head, a.tail, inst, node)
+        if a.cached_children[node] == 0:  # a tier may already hold its children
+            append(a.prev, a.next, a.head, a.tail, inst, node)
     elif a.cached_children[node] == 0:
         move_to_tail(a.prev, a.next, a.head, a.tail, inst, node)
 

@@ -113,7 +113,8 @@ def replay(
     stride = int(arrays.scalars[STRIDE])
     n_records = len(records.kinds)
     n_reads = int(np.count_nonzero(records.kinds != WRITE))
-    width = len(ROW_FIELDS) + (2 * stride if stride > 1 else 0)
+    tiered = any(t is not None for t in setup.tiers)  # one storage is a tier too
+    width = len(ROW_FIELDS) + (2 * stride if tiered else 0)
     rows = np.zeros((n_reads, width), dtype=np.int64)
     delay = np.int64(setup.delay_ns)
     wp = np.int64(0)

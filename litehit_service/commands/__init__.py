@@ -26,6 +26,9 @@ COMMAND_MODULES = (
     "simulate",
     "sweep",
     "optimize",
+    "tradeoff",
+    "export_tree",
+    "lifecycle",
 )
 
 

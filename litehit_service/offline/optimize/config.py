@@ -34,8 +34,11 @@ from litehit_service.offline.config import field_line, raise_config_errors, read
 __all__ = [
     "EVICTION_MODES",
     "KNOWN_UNUSED",
+    "WRITE_MODES",
     "GroupConfig",
     "InstanceConfig",
+    "TierConfig",
+    "TierStrategy",
     "OptimizeConfig",
     "load_optimize_config",
     "optimize_config_from_dict",
@@ -48,11 +51,12 @@ KNOWN_UNUSED = {
     "mamba_state": "hybrid (Mamba) state sizes: the policy replay counts full-attention "
     "blocks only",
     "trace_replay.mode": "'read_write' or 'request': each record's own type decides here",
-    "instance_groups[].storages": "the tiers of a tiered configuration (refused for now); "
-    "without tiers the group's quota_capacity is the one tier",
-    "instance_groups[].tier_strategy, tier_flows, hierarchical_eviction_enabled, "
-    "tier_write_mode, enable_promote": "tier options; accepted while tiering is off, a "
-    "tiered configuration is refused",
+    "instance_groups[].storages (hierarchical eviction off)": "without tiers the group's "
+    "quota_capacity is the one tier",
+    "instance_groups[].quota_capacity (hierarchical eviction on)": "each storage's capacity "
+    "is its tier's quota",
+    "instance_groups[].storages[].storage_type, band_width_mbps": "the replay counts hits "
+    "per tier, not transfer times",
     "instance_groups[].instances[].instance_group_name": "must name the enclosing group",
     "instance_groups[].instances[].eviction_policy_params.sample_rate (lru, leaf_aware_lru), "
     "shard_count, sample_times, eviction_amplification_factor": "the reference's sharded "
@@ -127,9 +131,35 @@ class InstanceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TierConfig:
+    """One storage tier of a tiered group (spec §7): its ``name`` (``unique_name``), its
+    ``priority`` (tiers are ordered by it, lowest = tier 0, the fastest) and ``capacity``
+    in GiB (negative = infinite; ``used_percentage`` applies)."""
+
+    name: str
+    priority: int
+    capacity: float
+
+
+WRITE_MODES = ("write_through", "write_through_selective", "cascading")
+"""Tier write modes (spec §7), in the kernel's code order."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierStrategy:
+    """How a tiered group writes and reads its tiers (spec §7; defaults there)."""
+
+    write_mode: str = "write_through"
+    access_propagation: bool = True
+    promote: bool = False
+    selective_write_threshold: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class GroupConfig:
     """One instance group: its quota in GiB and the share of it used, the TTL options of
-    its ``ttl`` instances, and its instances in configuration order."""
+    its ``ttl`` instances, and its instances in configuration order; a tiered group's
+    ``tiers`` (tier 0 first; empty = untiered) and ``strategy``."""
 
     group_name: str
     quota_capacity: float
@@ -137,14 +167,19 @@ class GroupConfig:
     default_block_ttl_seconds: float
     ttl_refresh_on_read: bool
     instances: tuple[InstanceConfig, ...]
+    tiers: tuple[TierConfig, ...] = ()
+    strategy: TierStrategy = TierStrategy()
+
+    def tier_quota_bytes(self, tier: int) -> int:
+        """Tier ``tier``'s quota: ``floor(capacity * 2**30 * used_percentage)``, -1 when
+        infinite."""
+        return _quota_bytes(self.tiers[tier].capacity, self.used_percentage)
 
     @property
     def quota_bytes(self) -> int:
         """``floor(quota_capacity * 2**30 * used_percentage)``; -1 (infinite) when
         ``quota_capacity`` is negative (spec §1)."""
-        if self.quota_capacity < 0:
-            return -1
-        return math.floor(self.quota_capacity * GIB * self.used_percentage)
+        return _quota_bytes(self.quota_capacity, self.used_percentage)
 
     @property
     def default_ttl_ns(self) -> int:
@@ -259,6 +294,10 @@ def optimize_config_from_dict(
     )
 
 
+def _quota_bytes(gib: float, used: float) -> int:
+    return -1 if gib < 0 else math.floor(gib * GIB * used)
+
+
 def _bad(field_path: str, what: str, value: Any) -> LocatedError:
     return LocatedError("", 0, f"must be {what}, got {value!r}", field_path)
 
@@ -266,7 +305,8 @@ def _bad(field_path: str, what: str, value: Any) -> LocatedError:
 def _group(data: Any, where: str, found: list[LocatedError]) -> GroupConfig:
     f = Fields(data, where, _GROUP, found)
     name = f.string("group_name", required=True)
-    quota = f.number("quota_capacity", required=True, default=-1.0)
+    tiered = _tiered(f, found)
+    quota = f.number("quota_capacity", required=not tiered, default=-1.0)
     used = f.number("used_percentage", default=1.0)
     if not 0 < used <= 1:
         found.append(_bad(f.path("used_percentage"), "a number in (0, 1]", used))
@@ -290,14 +330,14 @@ def _group(data: Any, where: str, found: list[LocatedError]) -> GroupConfig:
         refresh = tc.boolean("refresh_on_read", default=True)
     if ttl < 0:
         found.append(_bad(ttl_where, "a number >= 0", ttl))
-    _tiers(f, found)
+    tiers, strategy = _tiers(f, found, tiered)
     instances = tuple(
         _instance(d, f"{where}.instances[{i}]", found, name)
         for i, d in enumerate(f.array("instances", required=True))
     )
     if not instances and not f.broken and "instances" in f.data:
         found.append(_bad(f.path("instances"), "at least one instance", []))
-    return GroupConfig(name, quota, used, ttl, refresh, instances)
+    return GroupConfig(name, quota, used, ttl, refresh, instances, tiers, strategy)
 
 
 def _safe_name(name: str) -> bool:
@@ -305,45 +345,77 @@ def _safe_name(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
 
 
-def _tiers(f: Fields, found: list[LocatedError]) -> None:
-    """Check a group's tier fields (every layout of the reference) and refuse a tiered
-    configuration: it is replayed by the tiered replay, not this one."""
+def _tiered(f: Fields, found: list[LocatedError]) -> bool:
+    """Whether the group is tiered: ``hierarchical_eviction_enabled`` in its
+    ``tier_strategy`` or (older layout) on the group itself."""
+    ts = Fields(f.object("tier_strategy"), f.path("tier_strategy"), _TIER_STRATEGY, [])
+    return ts.boolean("hierarchical_eviction_enabled") or f.boolean("hierarchical_eviction_enabled")
+
+
+def _tiers(
+    f: Fields, found: list[LocatedError], tiered: bool
+) -> tuple[tuple[TierConfig, ...], TierStrategy]:
+    """A group's tier fields (both layouts of the reference): its tiers sorted by
+    priority and its strategy; every field checked even when hierarchical eviction is off
+    (the tiers are then unused: empty)."""
     storages = [
         Fields(d, f"{f.where}.storages[{i}]", _STORAGE, found)
         for i, d in enumerate(f.array("storages"))
     ]
-    for s in storages:
-        s.string("unique_name")
+    tiers: list[TierConfig] = []
+    for i, s in enumerate(storages):
+        name = s.string("unique_name", required=tiered, default=f"tier{i}")
         s.string("storage_type")
         s.integer("band_width_mbps")
-        s.integer("priority")
-        s.number("capacity")
+        priority = s.integer("priority", required=tiered, default=i)
+        capacity = s.number("capacity", required=tiered, default=-1.0)
+        tiers.append(TierConfig(name, priority, capacity))
     ts = Fields(f.object("tier_strategy"), f.path("tier_strategy"), _TIER_STRATEGY, found)
-    ts.string("write_mode", default="write_through")
-    ts.boolean("access_propagation_enabled", default=True)
-    ts.boolean("promote_enabled", default=True)
-    ts.integer("selective_write_threshold", default=2)
-    ts.array("tier_flows")
-    f.string("tier_write_mode", default="write_through")
-    f.boolean("enable_promote", default=True)
-    switches = {
-        ts.path("hierarchical_eviction_enabled"): ts.boolean("hierarchical_eviction_enabled"),
-        f.path("hierarchical_eviction_enabled"): f.boolean("hierarchical_eviction_enabled"),
-        f.path("tier_flows"): bool(f.array("tier_flows")),
-    }
-    tiered = [where for where, on in switches.items() if on]
-    if tiered:
+    ts.boolean("hierarchical_eviction_enabled")
+    f.boolean("hierarchical_eviction_enabled")
+    group_mode = f.string("tier_write_mode", default="write_through")
+    mode_where = ts.path("write_mode") if "write_mode" in ts.data else f.path("tier_write_mode")
+    mode = ts.string("write_mode", default=group_mode)
+    if mode not in WRITE_MODES:
+        found.append(_bad(mode_where, f"one of {list(WRITE_MODES)}", mode))
+    propagate = ts.boolean("access_propagation_enabled", default=True)
+    promote = ts.boolean("promote_enabled", default=f.boolean("enable_promote"))
+    threshold = ts.integer("selective_write_threshold", default=2)
+    if threshold < 1:
+        found.append(_bad(ts.path("selective_write_threshold"), "an integer >= 1", threshold))
+    flows = [ts.path("tier_flows")] if ts.array("tier_flows") else []
+    flows += [f.path("tier_flows")] if f.array("tier_flows") else []
+    if flows:
         found.append(
             LocatedError(
                 "",
                 0,
-                "a tiered configuration (several storages with "
-                "hierarchical eviction) is not replayed by this version; set it to "
-                "false (or drop tier_flows) to replay the group's quota_capacity as one "
-                "tier",
-                tiered[0],
+                "tier_flows (explicit flows between tiers) is not replayed; describe the "
+                "tiers with storages[] and tier_strategy.write_mode (write_through, "
+                "write_through_selective, cascading) instead",
+                flows[0],
             )
         )
+    strategy = TierStrategy(mode, propagate, promote, threshold)
+    if not tiered:
+        return (), strategy
+    if not tiers and not f.broken:
+        found.append(
+            _bad(
+                f.path("storages"),
+                "at least one storage (a tier) when hierarchical_eviction_enabled is true",
+                f.data.get("storages", []),
+            )
+        )
+    names = [t.name for t in tiers]
+    for i, t in enumerate(tiers):
+        if names.index(t.name) != i:
+            found.append(_bad(f"{f.where}.storages[{i}].unique_name", "unique", t.name))
+        if [u.priority for u in tiers].index(t.priority) != i:
+            found.append(
+                _bad(f"{f.where}.storages[{i}].priority", "distinct in its group", t.priority)
+            )
+    return tuple(sorted(tiers, key=lambda t: t.priority)), strategy
 
 
 def _instance(data: Any, where: str, found: list[LocatedError], group: str) -> InstanceConfig:

@@ -17,12 +17,13 @@ import numpy as np
 
 from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.model import TOUCH_ORDERS
+from litehit_core.policy_replay import ReplayRecords
 from litehit_core.projector import Projection
 from litehit_service.offline.optimize.config import OptimizeConfig
 from litehit_service.offline.optimize.run import OptimizeResult
 from litehit_service.offline.optimize.trace import LoadedTrace
 
-__all__ = ["ExactRates", "exact_rates", "exact_qualifies"]
+__all__ = ["ExactRates", "exact_qualifies", "exact_rates", "prefix_determined"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +42,15 @@ def exact_qualifies(
     config: OptimizeConfig, trace: LoadedTrace, group_index: int, instance_index: int
 ) -> bool:
     """Whether spec §7b holds for this instance: only ``request`` reads, no delay, mode 3,
-    alone in its group, a policy whose replay is LiteHit's (``exact``) and, for a policy
-    that expires blocks, no TTL at all and the LRU fallback on. O(records)."""
+    alone in an untiered group, a policy whose replay is LiteHit's (``exact``) and, for a
+    policy that expires blocks, no TTL at all and the LRU fallback on -- plus two checks of
+    ours: its reads mark no block local, and every key of the trace names its prefix
+    (:func:`prefix_determined`). O(keys log keys)."""
     from litehit_core.policy_replay.loop import REQUEST
 
     group = config.groups[group_index]
     inst = group.instances[instance_index]
-    if inst.policy.exact is None or len(group.instances) != 1:
+    if inst.policy.exact is None or len(group.instances) != 1 or group.tiers:
         return False
     if config.write_delay_ns != 0 or config.eviction_mode != 3:
         return False
@@ -55,7 +58,29 @@ def exact_qualifies(
         return False
     offset = sum(len(g.instances) for g in config.groups[:group_index])
     mine = trace.records.insts == offset + instance_index
-    return bool((trace.records.kinds[mine] == REQUEST).all())
+    if not (trace.records.kinds[mine] == REQUEST).all():
+        return False
+    # the replay skips over blocks marked local and caches paths; LiteHit's model does
+    # neither: the same only without masks and when every key names its prefix
+    mask = np.repeat(mine, np.diff(trace.records.key_off))
+    return not trace.records.local[mask].any() and prefix_determined(trace.records)
+
+
+def prefix_determined(records: ReplayRecords) -> bool:
+    """Whether every key always follows the same parent key (or always starts a read):
+    then a key names its whole path, as with prefix-chained hashes. O(keys log keys)."""
+    keys, off = records.keys, records.key_off
+    if len(keys) < 2:
+        return True
+    parent = np.empty_like(keys)
+    parent[1:] = keys[:-1]
+    root = np.zeros(len(keys), bool)
+    root[off[:-1][np.diff(off) > 0]] = True
+    parent[root] = 0
+    order = np.lexsort((root, parent, keys))
+    k, p, r = keys[order], parent[order], root[order]
+    same = k[1:] == k[:-1]
+    return not bool((same & ((p[1:] != p[:-1]) | (r[1:] != r[:-1]))).any())
 
 
 def exact_rates(

@@ -11,13 +11,13 @@ partial block stays in ``InputTokens``. Cost O(reads) with numpy; formatting ~1 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from litehit_service.offline.optimize.trace import LoadedTrace
 
-__all__ = ["HEADER", "InstanceRows", "instance_rows", "format_csv"]
+__all__ = ["HEADER", "InstanceRows", "format_csv", "instance_rows", "tier_header"]
 
 HEADER = (
     "TimestampNs,CachedBlocks,CachedBlocksAllInstances,ReadBlocks,LocalHitBlocks,"
@@ -31,7 +31,9 @@ HEADER = (
 
 @dataclass(frozen=True, slots=True)
 class InstanceRows:
-    """One instance's columns (int64 arrays, one entry per read, in replay order)."""
+    """One instance's columns (int64 arrays, one entry per read, in replay order); tiered:
+    ``tier_hits`` and ``tier_cached`` (reads x tiers: hit blocks each tier served, blocks
+    each tier held right after the read)."""
 
     timestamp_ns: np.ndarray
     cached: np.ndarray
@@ -42,6 +44,8 @@ class InstanceRows:
     input_tokens: np.ndarray
     acc_write: np.ndarray
     block_size: int
+    tier_hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    tier_cached: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     @property
     def reads(self) -> int:
@@ -60,12 +64,27 @@ class InstanceRows:
     def total_input_tokens(self) -> int:
         return int(self.input_tokens.sum())
 
+    @property
+    def tier_hit_tokens(self) -> np.ndarray:
+        """Hit tokens each tier served over every read (int64, one per tier)."""
+        return self.tier_hits.sum(axis=0, dtype=np.int64) * self.block_size
 
-def instance_rows(trace: LoadedTrace, rows: np.ndarray, inst: int, block_size: int) -> InstanceRows:
-    """The reads of instance ``inst`` among ``rows`` (the replay's, all instances). O(reads)."""
+
+def instance_rows(
+    trace: LoadedTrace, rows: np.ndarray, inst: int, block_size: int, tiers: int = 0
+) -> InstanceRows:
+    """The reads of instance ``inst`` among ``rows`` (the replay's, all instances; its
+    first ``tiers`` tiers' columns when tiered). O(reads)."""
     records = trace.records
     mine = rows[records.insts[rows[:, 0]] == inst] if len(rows) else rows
     rec = mine[:, 0]
+    stride = (rows.shape[1] - 6) // 2
+    tier_hits = mine[:, 6 : 6 + tiers] if tiers else np.zeros((len(mine), 0), dtype=np.int64)
+    tier_cached = (
+        mine[:, 6 + stride : 6 + stride + tiers]
+        if tiers
+        else np.zeros((len(mine), 0), dtype=np.int64)
+    )
     return InstanceRows(
         timestamp_ns=records.times[rec],
         cached=mine[:, 3],
@@ -76,6 +95,8 @@ def instance_rows(trace: LoadedTrace, rows: np.ndarray, inst: int, block_size: i
         input_tokens=trace.input_lens[rec],
         acc_write=mine[:, 5],
         block_size=block_size,
+        tier_hits=tier_hits,
+        tier_cached=tier_cached,
     )
 
 
@@ -85,8 +106,17 @@ def _rates(num: np.ndarray, den: np.ndarray) -> list[str]:
     return [f"{v:.6f}" for v in out.tolist()]
 
 
-def format_csv(r: InstanceRows) -> str:
-    """The whole CSV text (header and rows, ``\\n`` line ends). O(reads)."""
+def tier_header(names: Sequence[str]) -> str:
+    """The per-tier columns of the header (spec §6), tier 0 first; '' untiered."""
+    return "".join(
+        f",Tier{i}({n})_HitTokens,Tier{i}({n})_HitRate,AccTier{i}({n})_HitRate"
+        for i, n in enumerate(names)
+    )
+
+
+def format_csv(r: InstanceRows, tier_names: Sequence[str] = ()) -> str:
+    """The whole CSV text (header and rows, ``\\n`` line ends); ``tier_names`` (one per
+    column of ``r.tier_hits``) add the per-tier columns. O(reads)."""
     bs = r.block_size
     hits = r.local_hits + r.remote_hits
     local_t, remote_t, hit_t = r.local_hits * bs, r.remote_hits * bs, hits * bs
@@ -121,6 +151,11 @@ def format_csv(r: InstanceRows) -> str:
     columns += [list(map(str, c.tolist())) for c in acc_cols]
     columns += acc_rates
     columns.append(list(map(str, r.acc_write.tolist())))
-    lines = [HEADER]
+    for tier in range(len(tier_names)):
+        tier_t = r.tier_hits[:, tier] * bs
+        columns.append(list(map(str, tier_t.tolist())))
+        columns.append(_rates(tier_t, r.input_tokens))
+        columns.append(_rates(r.acc(tier_t), acc_in))
+    lines = [HEADER + tier_header(tier_names)]
     lines += map(",".join, zip(*columns, strict=True))
     return "\n".join(lines) + "\n"

@@ -14,20 +14,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from litehit_core.policy_replay import InstanceSetup, ReplaySetup, replay
-from litehit_service.offline.optimize.config import OptimizeConfig
+from litehit_core.policy_replay import (
+    InstanceSetup,
+    ReplayResult,
+    ReplaySetup,
+    TierSetup,
+    replay,
+)
+from litehit_service.offline.optimize.config import WRITE_MODES, GroupConfig, OptimizeConfig
 from litehit_service.offline.optimize.rows import InstanceRows, instance_rows
 from litehit_service.offline.optimize.trace import LoadedTrace
 
-__all__ = ["InstanceResult", "OptimizeResult", "build_setup", "run_optimize"]
+__all__ = ["InstanceResult", "OptimizeResult", "build_setup", "gather", "run_optimize"]
 
 _INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class InstanceResult:
-    """One instance after the replay: its rows and totals. ``capacity_blocks``: the
-    group's quota in this instance's blocks (None = infinite)."""
+    """One instance after the replay: its rows and totals (summed over its tiers).
+    ``capacity_blocks``: the group's quota in this instance's blocks (None = infinite;
+    tiered: tier 0's); ``tier_names`` (empty untiered), and per tier the blocks cached at
+    the end and evicted from it."""
 
     instance_id: str
     group_name: str
@@ -39,6 +47,9 @@ class InstanceResult:
     expired_blocks: int
     written_blocks: int
     capacity_blocks: int | None
+    tier_names: tuple[str, ...] = ()
+    tier_cached_blocks: tuple[int, ...] = ()
+    tier_evicted_blocks: tuple[int, ...] = ()
 
     @property
     def hit_rate(self) -> float:
@@ -62,6 +73,27 @@ class InstanceResult:
             "evicted_blocks": self.evicted_blocks,
             "expired_blocks": self.expired_blocks,
             "written_blocks": self.written_blocks,
+            **(
+                {
+                    "tiers": [
+                        {
+                            "name": name,
+                            "hit_tokens": int(hits),
+                            "cached_blocks": cached,
+                            "evicted_blocks": evicted,
+                        }
+                        for name, hits, cached, evicted in zip(
+                            self.tier_names,
+                            self.rows.tier_hit_tokens,
+                            self.tier_cached_blocks,
+                            self.tier_evicted_blocks,
+                            strict=True,
+                        )
+                    ]
+                }
+                if self.tier_names
+                else {}
+            ),
         }
 
 
@@ -117,6 +149,20 @@ def build_setup(config: OptimizeConfig, trace: LoadedTrace) -> ReplaySetup:
         eviction_mode=config.eviction_mode,
         batch=config.batch_size,
         delay_ns=config.write_delay_ns,
+        tiers=tuple(_tier_setup(g) for g in config.groups),
+    )
+
+
+def _tier_setup(group: GroupConfig) -> TierSetup | None:
+    if not group.tiers:
+        return None
+    s = group.strategy
+    return TierSetup(
+        quotas=tuple(group.tier_quota_bytes(t) for t in range(len(group.tiers))),
+        write_mode=WRITE_MODES.index(s.write_mode),
+        propagate=s.access_propagation,
+        promote=s.promote,
+        threshold=s.selective_write_threshold,
     )
 
 
@@ -131,24 +177,37 @@ def run_optimize(
     setup = build_setup(config, trace)
     start = time.perf_counter()
     result = replay(setup, trace.records, progress=progress, check=check)
-    seconds = time.perf_counter() - start
+    return gather(config, trace, result, time.perf_counter() - start)
+
+
+def gather(
+    config: OptimizeConfig, trace: LoadedTrace, result: ReplayResult, seconds: float
+) -> OptimizeResult:
+    """Every instance's :class:`InstanceResult` from a replay of ``trace`` under
+    ``config`` (``result``: one replay of every group, or groups replayed apart and
+    merged). O(reads)."""
     out: list[InstanceResult] = []
     index = 0
     for group in config.groups:
-        quota = group.quota_bytes
+        quota = group.tier_quota_bytes(0) if group.tiers else group.quota_bytes
+        names = tuple(t.name for t in group.tiers)
         for inst in group.instances:
+            n = len(names)
             out.append(
                 InstanceResult(
                     instance_id=inst.instance_id,
                     group_name=group.group_name,
                     policy=inst.policy.name,
-                    rows=instance_rows(trace, result.rows, index, inst.block_size),
+                    rows=instance_rows(trace, result.rows, index, inst.block_size, n),
                     peak_cached_blocks=int(result.peak[index]),
                     cached_blocks=int(result.cached[index]),
                     evicted_blocks=int(result.evicted[index]),
                     expired_blocks=int(result.expired[index]),
                     written_blocks=int(result.written[index]),
                     capacity_blocks=None if quota < 0 else quota // inst.bytes_per_block,
+                    tier_names=names,
+                    tier_cached_blocks=tuple(int(v) for v in result.tier_cached[index, :n]),
+                    tier_evicted_blocks=tuple(int(v) for v in result.tier_evicted[index, :n]),
                 )
             )
             index += 1

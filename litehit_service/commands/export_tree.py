@@ -1,0 +1,191 @@
+"""``litehit export-tree``: each instance's prefix tree after a policy replay.
+
+Replays CONFIG.json (``litehit optimize``'s configuration; positional as for optimize, or
+``-c``) in the policy replay's analysis mode and writes, per instance, into
+``radix_tree/`` under the configuration's ``output_result_path`` or ``-o DIR``, all or
+nothing: ``{instance_id}_radix_tree.json`` (the compressed trie of every path written,
+:mod:`litehit_service.offline.analysis.tree`), ``{instance_id}_radix_tree.png`` (its top
+by gets) and with ``--show-hot-paths`` ``{instance_id}_hot_paths.png`` (the ``--top-k``
+most-hit nodes with their ancestors; also printed). Prints one summary line per instance;
+a progress bar on a terminal; one run line on stderr. Errors as ``litehit optimize``'s:
+exit 2 for bad input, nothing written.
+
+The options every analysis command shares (:func:`add_analysis_options`) and its replay
+(:func:`analyse`) are here; ``litehit lifecycle`` uses them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from litehit_service.commands import UsageError, add_max_line_bytes, positive_int
+
+if TYPE_CHECKING:
+    from litehit_service.offline.analysis.replay import Analysis
+    from litehit_service.offline.optimize.config import OptimizeConfig
+
+TREE_DIR = "radix_tree"
+"""The folder of the tree files inside the output folder."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``export-tree`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "export-tree",
+        help="replay a trace (as optimize) and export each instance's prefix tree",
+        description=(
+            "Replay the trace of CONFIG.json (litehit optimize's configuration) and write "
+            "radix_tree/{instance_id}_radix_tree.json (the compressed trie of every path "
+            "written, with cached blocks at the end and gets per node) and a picture of "
+            "its top. Errors exit 2 and write nothing."
+        ),
+    )
+    add_analysis_options(p)
+    p.add_argument(
+        "--show-hot-paths",
+        action="store_true",
+        help="also print the --top-k most-hit nodes with their ancestor chains and draw "
+        "them in {instance_id}_hot_paths.png",
+    )
+    p.add_argument(
+        "--top-k",
+        type=positive_int,
+        default=10,
+        metavar="K",
+        help="hot nodes shown by --show-hot-paths (default 10)",
+    )
+    p.add_argument(
+        "--keys",
+        action="store_true",
+        help="also write every block key of each node (a 'keys' list; the file grows by "
+        "about one number per block written)",
+    )
+    p.set_defaults(func=run)
+
+
+def add_analysis_options(p: argparse.ArgumentParser) -> None:
+    """The configuration (positional ``CONFIG.json`` or ``-c``), ``-o``, ``--trace-format``,
+    ``--instance`` and ``--max-line-bytes``, as ``litehit optimize`` takes them."""
+    p.add_argument("config", metavar="CONFIG.json", nargs="?", help="the replay configuration")
+    p.add_argument(
+        "-c",
+        "--config",
+        dest="config_option",
+        metavar="CONFIG.json",
+        help="the replay configuration (the reference's spelling; same as the positional)",
+    )
+    p.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        help="write here instead of the configuration's output_result_path",
+    )
+    p.add_argument(
+        "--trace-format",
+        metavar="NAME",
+        default=None,
+        type=trace_format,
+        help="the trace's format (standard, mooncake, lmcache; default: detected)",
+    )
+    p.add_argument(
+        "--instance",
+        metavar="ID",
+        default=None,
+        help="send every record to this instance (for traces that name none, "
+        "e.g. Mooncake, when the configuration has several)",
+    )
+    add_max_line_bytes(p, "trace")
+
+
+def trace_format(name: str) -> str:
+    """An argparse type: a registered trace format; a usage error naming the value and
+    the known names otherwise."""
+    from litehit_service.offline.traces.registry import get_reader
+
+    try:
+        get_reader(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
+
+
+def config_path(args: argparse.Namespace) -> str:
+    """The configuration named by the positional or ``-c`` (UsageError: neither, or two
+    different ones)."""
+    given = [p for p in (args.config, args.config_option) if p is not None]
+    if not given:
+        raise UsageError("give the configuration: CONFIG.json (or -c CONFIG.json)")
+    if len(set(given)) > 1:
+        raise UsageError(f"two configurations given: {given[0]!r} and -c {given[1]!r}; give one")
+    return given[0]
+
+
+def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str]:
+    """Load the configuration and trace of ``args`` and replay them in analysis mode
+    (progress bar on a terminal): the configuration, the analysis and the output folder.
+    Raises as ``litehit optimize`` does (exit 2 for bad input)."""
+    from litehit_service.offline.analysis.replay import run_analysis
+    from litehit_service.offline.optimize.config import load_optimize_config
+    from litehit_service.offline.optimize.trace import load_trace
+    from litehit_service.offline.outputs import progress_bar
+
+    config = load_optimize_config(config_path(args))
+    trace = load_trace(
+        config,
+        trace_format=args.trace_format,
+        instance=args.instance,
+        max_line_bytes=args.max_line_bytes,
+    )
+    with progress_bar(len(trace.records.kinds), "records", command) as advance:
+        analysis = run_analysis(config, trace, progress=advance)
+    return config, analysis, args.output_dir or config.output_result_path
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+    from litehit_service.offline.analysis.replay import write_files
+    from litehit_service.offline.analysis.tree import (
+        build_trees,
+        hot_paths_text,
+        tree_json,
+        tree_summary,
+    )
+    from litehit_service.offline.analysis.tree_plot import hot_paths_figure, tree_figure
+    from litehit_service.offline.outputs import run_line
+
+    start = time.perf_counter()
+    _, analysis, out_dir = analyse(args, "export-tree")
+    trees = build_trees(analysis, with_keys=args.keys)
+    texts = []
+    figures = []
+    for tree in trees:
+        name = tree.info.instance_id
+        texts.append((os.path.join(TREE_DIR, f"{name}_radix_tree.json"),
+                      tree_json(tree, end_ns=analysis.end_ns)))  # fmt: skip
+        figures.append((os.path.join(TREE_DIR, f"{name}_radix_tree.png"), tree_figure(tree)))
+        if args.show_hot_paths:
+            figures.append(
+                (os.path.join(TREE_DIR, f"{name}_hot_paths.png"),
+                 hot_paths_figure(tree, args.top_k))
+            )  # fmt: skip
+    write_files(out_dir, texts, figures)
+    for tree in trees:
+        print(tree_summary(tree))
+        if args.show_hot_paths:
+            print(hot_paths_text(tree, args.top_k))
+    print(
+        run_line(
+            "export-tree",
+            sum(t.size for t in trees),
+            "nodes",
+            f"{len(trees)} instances",
+            time.perf_counter() - start,
+            os.path.join(out_dir, TREE_DIR),
+        ),
+        file=sys.stderr,
+    )
+    return 0

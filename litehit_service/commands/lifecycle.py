@@ -1,0 +1,86 @@
+"""``litehit lifecycle``: every block life of a policy replay, and their statistics.
+
+Replays CONFIG.json (``litehit optimize``'s configuration; positional or ``-c``) in the
+policy replay's analysis mode and writes, per instance, into ``lifecycle/`` under the
+configuration's ``output_result_path`` or ``-o DIR``, all or nothing:
+``{instance_id}_block_lifecycle.csv`` (one row per life,
+:mod:`litehit_service.offline.analysis.lifecycle`) and ``{instance_id}_lifespan.png``
+(CDF and histogram of lifespans). Prints the statistics per instance (``--json``: one
+JSON object); a progress bar on a terminal; one run line on stderr. Errors as
+``litehit optimize``'s: exit 2 for bad input, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from litehit_service.commands.export_tree import add_analysis_options, analyse
+
+LIFECYCLE_DIR = "lifecycle"
+"""The folder of the lifecycle files inside the output folder."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``lifecycle`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "lifecycle",
+        help="replay a trace (as optimize) and list every block life with its statistics",
+        description=(
+            "Replay the trace of CONFIG.json (litehit optimize's configuration) and write "
+            "lifecycle/{instance_id}_block_lifecycle.csv (one row per block life: birth, "
+            "death, lifespan, hits) and {instance_id}_lifespan.png; print lifespan "
+            "percentiles, the share of lives never hit, revivals, utilisation and deaths. "
+            "Errors exit 2 and write nothing."
+        ),
+    )
+    add_analysis_options(p)
+    p.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+    from litehit_service.offline.analysis.lifecycle import (
+        instance_lives,
+        lifecycle_csv,
+        lifecycle_stats,
+        stats_text,
+    )
+    from litehit_service.offline.analysis.lifecycle_plot import lifespan_figure
+    from litehit_service.offline.analysis.replay import write_files
+    from litehit_service.offline.outputs import run_line
+
+    start = time.perf_counter()
+    _, analysis, out_dir = analyse(args, "lifecycle")
+    every = instance_lives(analysis)
+    texts = []
+    figures = []
+    for lives in every:
+        name = lives.info.instance_id
+        texts.append((os.path.join(LIFECYCLE_DIR, f"{name}_block_lifecycle.csv"),
+                      lifecycle_csv(lives)))  # fmt: skip
+        figures.append((os.path.join(LIFECYCLE_DIR, f"{name}_lifespan.png"),
+                        lifespan_figure(lives)))  # fmt: skip
+    write_files(out_dir, texts, figures)
+    stats = [lifecycle_stats(lives) for lives in every]
+    if args.json:
+        print(json.dumps({"end_time_ns": analysis.end_ns, "instances": stats}, indent=2))
+    else:
+        print("\n".join(stats_text(s) for s in stats))
+    print(
+        run_line(
+            "lifecycle",
+            sum(len(lives.birth) for lives in every),
+            "lives",
+            f"{len(every)} instances",
+            time.perf_counter() - start,
+            os.path.join(out_dir, LIFECYCLE_DIR),
+        ),
+        file=sys.stderr,
+    )
+    return 0

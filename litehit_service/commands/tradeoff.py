@@ -1,0 +1,337 @@
+"""``litehit tradeoff``: hit rate against capacity, one policy replay per capacity (spec §8).
+
+Reads an ``optimize`` configuration (also as ``-c CONFIG``), decodes its trace once,
+replays it at infinite quota (the theoretical hit rate and peak cached bytes ``M``), then
+at up to ``--num-points`` capacities ``M * e^x`` (x over [-8, 0]) in ascending order,
+stopping after the first reaching 99 % of the theoretical, in parallel (``--max-workers``
+processes, or Ray tasks with ``--executor ray``; the same numbers for any workers), and
+refines the 95 % and 99 % capacities by bisection to within 1 %. Under spec §7b the
+``lru`` curve comes from LiteHit's exact pass instead. Writes under ``pareto/`` of the
+configuration's ``output_result_path`` (or ``-o DIR``), all or nothing: one CSV per
+capacity, the curve's CSV, LiteHit's reference curves and the pictures
+(:mod:`litehit_service.offline.tradeoff.files`). ``--skip-run`` re-plots from that
+curve CSV. Prints ``Drop descending Pareto point ...`` per point left off the plot, then
+a summary (``--json``: one JSON object); a progress bar on a terminal, one run line on
+stderr. Bad flags or input exit 2 naming the value; a tiered configuration is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+import time
+from typing import Any
+
+from litehit_service.commands import UsageError, add_max_line_bytes, positive_int
+
+HIT_RATE_TYPES = ("total",)
+"""What ``--hit-rate-type`` accepts: hit tokens / input tokens over every instance."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tradeoff`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "tradeoff",
+        help="hit rate against capacity: one policy replay per capacity, the 95%%/99%% "
+        "capacities refined by bisection",
+        description=(
+            "Sweep the capacity of an optimize CONFIG.json (every group's quota scaled): "
+            "a warm-up at infinite quota, then up to --num-points capacities in ascending "
+            "order until one reaches 99%% of the theoretical hit rate, replayed in "
+            "parallel; writes pareto/ CSVs and pictures. Errors exit 2 and write nothing."
+        ),
+    )
+    p.add_argument("config", nargs="?", metavar="CONFIG.json", help="the replay configuration")
+    p.add_argument(
+        "-c",
+        "--config",
+        dest="config_option",
+        metavar="CONFIG.json",
+        help="the replay configuration (instead of the positional one)",
+    )
+    p.add_argument(
+        "--eviction-policies",
+        nargs="+",
+        metavar="POLICY",
+        type=_policy,
+        help="sweep once per policy, every instance's eviction_policy_type replaced "
+        "(default: the configuration's own)",
+    )
+    p.add_argument(
+        "--num-points",
+        type=positive_int,
+        default=30,
+        metavar="N",
+        help="capacities of the sweep (default 30)",
+    )
+    p.add_argument(
+        "--min-capacity-ratio",
+        type=_ratio,
+        default=1e-4,
+        metavar="R",
+        help="drop capacities below R x the peak cached bytes (a number in [0, 1]; default 1e-4)",
+    )
+    p.add_argument(
+        "--hit-rate-type",
+        type=_hit_rate_type,
+        default="total",
+        metavar="TYPE",
+        help="the hit rate swept: total (hit tokens / input tokens over every instance; "
+        "the only one: local and remote rates are columns of the per-point CSVs)",
+    )
+    p.add_argument(
+        "--max-workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="replays at once (default: the CPUs this process may use)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="run the replays in local processes (default) or as Ray tasks (needs pip "
+        "install 'litehit[ray]'; the same numbers)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --executor ray: the Ray cluster (default: a local Ray)",
+    )
+    p.add_argument(
+        "--skip-run",
+        action="store_true",
+        help="re-plot from the pareto/ CSVs of an earlier run, replaying nothing",
+    )
+    p.add_argument("--plot-title", metavar="TITLE", help="the pictures' title")
+    p.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        help="write here instead of the configuration's output_result_path",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--trace-format",
+        metavar="NAME",
+        type=_trace_format,
+        help="the trace's format (standard, mooncake, lmcache; default: detected)",
+    )
+    p.add_argument(
+        "--instance",
+        metavar="ID",
+        help="send every record to this instance (traces that name none)",
+    )
+    add_max_line_bytes(p, "trace")
+    p.set_defaults(func=run)
+
+
+def _policy(name: str) -> str:
+    from litehit_core.engine import POLICIES
+
+    if name not in POLICIES:
+        raise argparse.ArgumentTypeError(f"must be one of {list(POLICIES)}, got {name!r}")
+    return name
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # False for NaN
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return value
+
+
+def _hit_rate_type(text: str) -> str:
+    if text not in HIT_RATE_TYPES:
+        raise argparse.ArgumentTypeError(
+            f"must be 'total' (hit tokens / input tokens over every instance), got {text!r}; "
+            "local and remote hit rates are columns of pareto/csv_results/*.csv"
+        )
+    return text
+
+
+def _trace_format(name: str) -> str:
+    from litehit_service.offline.traces.registry import get_reader
+
+    try:
+        get_reader(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
+
+
+def _config_path(args: argparse.Namespace) -> str:
+    given = [p for p in (args.config, args.config_option) if p is not None]
+    if not given:
+        raise UsageError("give the configuration: litehit tradeoff CONFIG.json (or -c CONFIG.json)")
+    if len(given) == 2 and given[0] != given[1]:
+        raise UsageError(f"two configurations given: {given[0]!r} and -c {given[1]!r}")
+    return given[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+    from litehit_service.offline.optimize.config import load_optimize_config
+    from litehit_service.offline.outputs import run_line
+    from litehit_service.offline.tradeoff.sweep import refuse_tiered
+
+    start = time.perf_counter()
+    path = _config_path(args)
+    if args.ray_address is not None and args.executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        from litehit_service.offline.lanes import RAY_MISSING
+
+        raise UsageError(RAY_MISSING)
+    config = load_optimize_config(path)
+    refuse_tiered(config)
+    out_dir = args.output_dir or config.output_result_path
+    title = args.plot_title or (
+        f"Hit rate vs capacity ({args.hit_rate_type}): {os.path.basename(config.trace_file_path)}"
+    )
+    if args.skip_run:
+        rows, result, files = _replot(args, out_dir, title)
+    else:
+        rows, result, files = _sweep(args, config, out_dir, title)
+    extra = {"output_dir": out_dir, "hit_rate_type": args.hit_rate_type, "files": files}
+    if args.json:
+        from litehit_service.offline.tradeoff.report import summary_json
+
+        print(summary_json(rows, result, extra))
+    else:
+        from litehit_service.offline.tradeoff.report import summary_text
+
+        print(summary_text(rows, result))
+    points = sum(1 for r in rows if r.kind == "point")
+    policies = len({r.policy for r in rows})
+    print(
+        run_line("tradeoff", points, "points", f"{policies} policies",
+                 time.perf_counter() - start, out_dir),
+        file=sys.stderr,
+    )  # fmt: skip
+    return 0
+
+
+def _preload_matplotlib() -> None:
+    """Import matplotlib in a thread while the workers replay (~0.5 s off the end of a
+    run); called once the workers are forked, so no fork sees the thread."""
+    import threading
+
+    def load() -> None:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+
+    threading.Thread(target=load, name="preload-matplotlib", daemon=True).start()
+
+
+def _print_drops(drops: list[str], as_json: bool) -> None:
+    for line in drops:
+        print(line, file=sys.stderr if as_json else sys.stdout)
+
+
+def _replot(args: argparse.Namespace, out_dir: str, title: str) -> tuple[list, None, list[str]]:
+    from litehit_service.offline.tradeoff.files import (
+        CURVE_PNG,
+        MULTI_PNG,
+        REFERENCE_CSV,
+        SUMMARY_CSV,
+        read_reference,
+        read_summary,
+        with_plotted,
+        write_files,
+    )
+    from litehit_service.offline.tradeoff.plot import curve_figure, multi_figure, plot_curves
+
+    rows = with_plotted(read_summary(os.path.join(out_dir, SUMMARY_CSV)))
+    ref_path = os.path.join(out_dir, REFERENCE_CSV)
+    refs = read_reference(ref_path) if os.path.exists(ref_path) else []
+    if args.eviction_policies:
+        present = list(dict.fromkeys(r.policy for r in rows))
+        missing = [p for p in args.eviction_policies if p not in present]
+        if missing:
+            raise UsageError(
+                f"--eviction-policies {' '.join(missing)}: not in {SUMMARY_CSV} "
+                f"(it holds {', '.join(present) or 'no policy'})"
+            )
+        wanted = set(args.eviction_policies)
+        rows = [r for r in rows if r.policy in wanted]
+    curves, drops = plot_curves(rows, refs)
+    figures = {CURVE_PNG: curve_figure(curves, title)}
+    if len(curves) > 1:
+        figures[MULTI_PNG] = multi_figure(curves, title)
+    files = write_files(out_dir, {}, figures)
+    _print_drops(drops, args.json)
+    return rows, None, files
+
+
+def _sweep(
+    args: argparse.Namespace, config: Any, out_dir: str, title: str
+) -> tuple[list, Any, list[str]]:
+    from litehit_service.offline.optimize.trace import load_trace
+    from litehit_service.offline.outputs import progress_bar
+    from litehit_service.offline.tradeoff.files import (
+        CURVE_PNG,
+        MULTI_PNG,
+        REFERENCE_CSV,
+        SUMMARY_CSV,
+        point_csv,
+        point_file,
+        reference_rows,
+        reference_text,
+        remove_stale,
+        rows_text,
+        summary_rows,
+        write_files,
+    )
+    from litehit_service.offline.tradeoff.plot import curve_figure, multi_figure, plot_curves
+    from litehit_service.offline.tradeoff.pool import default_workers
+    from litehit_service.offline.tradeoff.sweep import (
+        TradeoffOptions,
+        loading_config,
+        run_tradeoff,
+        sweep_configs,
+    )
+
+    policies = tuple(args.eviction_policies) if args.eviction_policies else None
+    variants = sweep_configs(config, policies)
+    trace = load_trace(
+        loading_config([cfg for _, cfg in variants]),
+        trace_format=args.trace_format,
+        instance=args.instance,
+        max_line_bytes=args.max_line_bytes,
+    )
+    options = TradeoffOptions(
+        policies=policies,
+        num_points=args.num_points,
+        min_capacity_ratio=args.min_capacity_ratio,
+        workers=args.max_workers or default_workers(),
+        executor=args.executor,
+        ray_address=args.ray_address,
+    )
+    total = len(variants) * (1 + args.num_points)
+    with progress_bar(total, "points", "tradeoff") as advance:
+        result = run_tradeoff(
+            config, trace, options, progress=advance, workers_started=_preload_matplotlib
+        )
+    rows = summary_rows(result)
+    refs = reference_rows(result)
+    curves, drops = plot_curves(rows, refs)
+    texts: dict[str, str] = {}
+    for c in result.curves:
+        for point in (c.warmup, *c.points, *c.refine):
+            texts[point_file(c.label, point.capacity_bytes)] = point_csv(point)
+    texts[SUMMARY_CSV] = rows_text(rows)
+    texts[REFERENCE_CSV] = reference_text(refs)
+    figures = {CURVE_PNG: curve_figure(curves, title)}
+    if len(curves) > 1:
+        figures[MULTI_PNG] = multi_figure(curves, title)
+    files = write_files(out_dir, texts, figures)
+    remove_stale(out_dir, [c.label for c in result.curves], files)
+    _print_drops(drops, args.json)
+    return rows, result, files
