@@ -223,3 +223,25 @@ def result_setup(policy, ttl_values):
         0,
         tiers=(TierSetup((4, 7), WRITE_MODES.index("cascading"), False, True, 2),),
     )
+
+
+def test_readme_tiered_walkthrough(tmp_path, mooncake):
+    """The README's tiered example (docs/tiered.json, which reads the shared Mooncake
+    trace beside the checkout) prints the lines the README shows, and every command of
+    the walkthrough runs on it (tradeoff refuses it, saying why)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    config = root / "docs" / "tiered.json"
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("### Tiered storage") : readme.index("### Trade-off curves")]
+    shown = section[section.index("$ litehit optimize docs/tiered.json") :].splitlines()[1:6]
+    done = run_cli("optimize", str(config), "--draw-chart", "-o", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == shown
+    assert (tmp_path / "o" / "timeseries" / "per_tier_timeseries.png").is_file()
+    for command in ("lifecycle", "export-tree"):
+        ran = run_cli(command, str(config), "-o", str(tmp_path / "o"))
+        assert ran.returncode == 0, ran.stderr
+    refused = run_cli("tradeoff", str(config), "-o", str(tmp_path / "t"))
+    assert refused.returncode == 2 and "is tiered" in refused.stderr

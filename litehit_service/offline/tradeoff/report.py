@@ -103,8 +103,8 @@ def _how(c: PolicyCurve) -> str:
         refine = len(c.refine)
         head = f"one replay per capacity, {refine} bisection replay{'s' if refine != 1 else ''}"
         if c.discarded:
-            n = c.discarded
-            head += f", {n} parallel replay{'s' if n != 1 else ''} above the stop point discarded"
+            d = c.discarded
+            head += f", {d} parallel replay{'s' if d != 1 else ''} above the stop point discarded"
     end = f"stopped at 99% after {k} of {n} points" if c.stopped else f"all {n} points"
     return f"{head}; {end}"
 
