@@ -147,7 +147,6 @@ def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Ana
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
-    from litehit_service.offline.analysis.replay import write_files
     from litehit_service.offline.analysis.tree import (
         build_trees,
         hot_paths_text,
@@ -155,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         tree_summary,
     )
     from litehit_service.offline.analysis.tree_plot import hot_paths_figure, tree_figure
-    from litehit_service.offline.outputs import run_line
+    from litehit_service.offline.outputs import publish_files, run_line
 
     start = time.perf_counter()
     _, analysis, out_dir = analyse(args, "export-tree")
@@ -172,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
                 (os.path.join(TREE_DIR, f"{name}_hot_paths.png"),
                  hot_paths_figure(tree, args.top_k))
             )  # fmt: skip
-    write_files(out_dir, texts, figures)
+    publish_files(out_dir, texts, figures)
     for tree in trees:
         print(tree_summary(tree))
         if args.show_hot_paths:

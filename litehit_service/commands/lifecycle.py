@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
         stats_text,
     )
     from litehit_service.offline.analysis.lifecycle_plot import lifespan_figure
-    from litehit_service.offline.analysis.replay import write_files
-    from litehit_service.offline.outputs import run_line
+    from litehit_service.offline.outputs import publish_files, run_line
 
     start = time.perf_counter()
     _, analysis, out_dir = analyse(args, "lifecycle")
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                       lifecycle_csv(lives)))  # fmt: skip
         figures.append((os.path.join(LIFECYCLE_DIR, f"{name}_lifespan.png"),
                         lifespan_figure(lives)))  # fmt: skip
-    write_files(out_dir, texts, figures)
+    publish_files(out_dir, texts, figures)
     stats = [lifecycle_stats(lives) for lives in every]
     if args.json:
         print(json.dumps({"end_time_ns": analysis.end_ns, "instances": stats}, indent=2))

@@ -13,9 +13,12 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from litehit_core.temporaries import remove_stale_temps, temp_path
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 T = TypeVar("T")
 PathLike = str | os.PathLike[str]
@@ -49,6 +52,51 @@ def atomic_outputs(paths: Sequence[PathLike]) -> Iterator[list[str]]:
             except FileNotFoundError:
                 pass
         raise
+
+
+def publish_files(
+    out_dir: str,
+    texts: Sequence[tuple[str, str]],
+    figures: Sequence[tuple[str, Figure]] = (),
+    *,
+    dpi: int = 110,
+) -> list[str]:
+    """Write each ``(relative path, text)`` and ``(relative path, figure)`` (PNG) under
+    ``out_dir``, creating folders as needed, all or nothing: on any error the temporaries
+    and the folders this call created are removed. The paths written. O(bytes)."""
+    paths = [os.path.join(out_dir, name) for name, _ in [*texts, *figures]]
+    created = make_dirs([os.path.dirname(p) for p in paths])
+    try:
+        with atomic_outputs(paths) as tmps:
+            for tmp, (_, text) in zip(tmps, texts, strict=False):
+                with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                    fh.write(text)
+            for tmp, (_, figure) in zip(tmps[len(texts) :], figures, strict=True):
+                figure.savefig(tmp, format="png", dpi=dpi)
+    except BaseException:
+        for folder in reversed(created):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
+        raise
+    return paths
+
+
+def make_dirs(folders: Sequence[str]) -> list[str]:
+    """Create the missing ``folders`` (and parents); those created, parents first.
+    O(folders x depth)."""
+    created: list[str] = []
+    for folder in dict.fromkeys(folders):
+        missing = []
+        path = os.path.abspath(folder)
+        while not os.path.isdir(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for path in reversed(missing):
+            os.mkdir(path)
+            created.append(path)
+    return created
 
 
 def progress(items: Iterable[T], unit: str, total: int | None = None) -> Iterable[T]:

@@ -3,15 +3,14 @@
 :func:`run_analysis` replays a validated ``litehit optimize`` configuration in the policy
 replay's analysis mode: no node is ever freed, so a base slot names one block path for the
 whole replay, every block life is a row of ``lives`` and every key a read hit names its
-node in ``key_node`` (:mod:`litehit_core.policy_replay.state`). :func:`write_files` writes
-an analysis' text files and figures into an output folder, all or nothing. Cost: the
+node in ``key_node`` (:mod:`litehit_core.policy_replay.state`); the commands publish
+their files with :func:`litehit_service.offline.outputs.publish_files`. Cost: the
 replay's O(keys), memory O(every path written) instead of O(cached blocks).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,15 +21,11 @@ from litehit_core.policy_replay.state import HIGH, LIFE_FIELDS, STRIDE, USERS
 from litehit_service.offline.optimize.config import OptimizeConfig
 from litehit_service.offline.optimize.run import build_setup
 from litehit_service.offline.optimize.trace import LoadedTrace
-from litehit_service.offline.outputs import atomic_outputs
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
-__all__ = ["Analysis", "InstanceInfo", "make_dirs", "read_records", "run_analysis", "write_files"]
-
-PNG_DPI = 100
-"""Resolution of every figure the analyses write."""
+__all__ = ["Analysis", "InstanceInfo", "read_records", "run_analysis"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,49 +94,6 @@ def run_analysis(
         nodes=int(arrays.scalars[HIGH]) // stride,
         end_ns=end,
     )
-
-
-def write_files(
-    out_dir: str,
-    texts: Sequence[tuple[str, str]],
-    figures: Sequence[tuple[str, Figure]] = (),
-) -> list[str]:
-    """Write each ``(relative path, text)`` and ``(relative path, figure)`` (PNG) under
-    ``out_dir``, creating folders as needed, all or nothing: on any error the temporaries
-    and the folders this call created are removed. The paths written. O(bytes)."""
-    paths = [os.path.join(out_dir, name) for name, _ in [*texts, *figures]]
-    created = make_dirs([os.path.dirname(p) for p in paths])
-    try:
-        with atomic_outputs(paths) as tmps:
-            for tmp, (_, text) in zip(tmps, texts, strict=False):
-                with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                    fh.write(text)
-            for tmp, (_, figure) in zip(tmps[len(texts) :], figures, strict=True):
-                figure.savefig(tmp, format="png", dpi=PNG_DPI)
-    except BaseException:
-        for folder in reversed(created):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
-        raise
-    return paths
-
-
-def make_dirs(folders: Sequence[str]) -> list[str]:
-    """Create the missing ``folders`` (and parents); those created, parents first.
-    O(folders x depth)."""
-    created: list[str] = []
-    for folder in dict.fromkeys(folders):
-        missing = []
-        path = os.path.abspath(folder)
-        while not os.path.isdir(path):
-            missing.append(path)
-            path = os.path.dirname(path)
-        for path in reversed(missing):
-            os.mkdir(path)
-            created.append(path)
-    return created
 
 
 def read_records(analysis: Analysis) -> np.ndarray:

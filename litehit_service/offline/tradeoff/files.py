@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from litehit_core import LocatedError
-from litehit_service.offline.outputs import atomic_outputs
+from litehit_service.offline.outputs import publish_files
 from litehit_service.offline.tradeoff.exact_curve import TOUCH_ORDERS
 from litehit_service.offline.tradeoff.points import GIB, Point, keep_rising
 from litehit_service.offline.tradeoff.sweep import TradeoffResult
@@ -313,43 +313,9 @@ def write_files(
     out_dir: str, texts: dict[str, str], figures: dict[str, Figure] | None = None
 ) -> list[str]:
     """Write ``texts`` and ``figures`` (relative path -> content) under ``out_dir``, all or
-    nothing (folders this call created are removed again on failure); the paths written.
+    nothing (:func:`~litehit_service.offline.outputs.publish_files`); the paths written.
     O(bytes)."""
-    figures = figures or {}
-    items: list[tuple[str, str | Figure]] = [*texts.items(), *figures.items()]
-    paths = [os.path.join(out_dir, rel) for rel, _ in items]
-    created = _make_dirs([os.path.dirname(p) for p in paths])
-    try:
-        with atomic_outputs(paths) as tmps:
-            for tmp, (_, content) in zip(tmps, items, strict=True):
-                if isinstance(content, str):
-                    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                        fh.write(content)
-                else:
-                    content.savefig(tmp, format="png", dpi=110)
-    except BaseException:
-        for folder in reversed(created):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
-        raise
-    return paths
-
-
-def _make_dirs(folders: list[str]) -> list[str]:
-    """Create the missing folders; those created, parents first."""
-    created: list[str] = []
-    for folder in dict.fromkeys(folders):
-        missing = []
-        path = os.path.abspath(folder)
-        while not os.path.isdir(path):
-            missing.append(path)
-            path = os.path.dirname(path)
-        for path in reversed(missing):
-            os.mkdir(path)
-            created.append(path)
-    return created
+    return publish_files(out_dir, list(texts.items()), list((figures or {}).items()))
 
 
 def remove_stale(out_dir: str, labels: Iterable[str], written: Iterable[str]) -> list[str]:
