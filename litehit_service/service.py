@@ -339,7 +339,8 @@ def serve(
     started = False
     code = 0
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = _install_signal_handlers(stop) if main_thread else {}
+    received: list[int] = []
+    previous = _install_signal_handlers(stop, received) if main_thread else {}
     try:
         options = admin_guard(config, grpc_host, data_dir, created)
         tune_allocator()
@@ -389,7 +390,7 @@ def serve(
             file=out,
             flush=True,
         )
-        stop.wait()
+        _wait_for_stop(stop, received)
         log.info("stopping: draining for up to %g s", config.grace_seconds)
         watchdog = _arm_watchdog(config.grace_seconds, server) if main_thread else None
         snapshotter.stop()
@@ -507,20 +508,36 @@ def _arm_watchdog(grace: float, server: LiteHitServer) -> threading.Timer:
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
-    """First SIGTERM/SIGINT sets ``stop``; a second exits at once. Returns the old handlers."""
+_SIGNAL_POLL_SECONDS = 0.2
+"""How often the main thread looks at the signals received while it waits to stop."""
+
+
+def _install_signal_handlers(stop: threading.Event, received: list[int]) -> dict[int, Any]:
+    """First SIGTERM/SIGINT is recorded in ``received`` (the main thread's wait then sets
+    ``stop``: :func:`_wait_for_stop`); a second exits at once. The handler takes no lock:
+    ``Event.set`` from a handler deadlocks when the signal lands while the main thread
+    holds the event's own lock. Returns the old handlers."""
 
     def handler(signum: int, frame: object) -> None:
-        if stop.is_set():
+        if received or stop.is_set():
             log.error(
                 "second %s: exiting at once; state since the last snapshot is lost",
                 signal.Signals(signum).name,
             )
             logging.shutdown()
             os._exit(1)
-        stop.set()
+        received.append(signum)
 
     return {sig: signal.signal(sig, handler) for sig in _SIGNALS}
+
+
+def _wait_for_stop(stop: threading.Event, received: list[int]) -> None:
+    """Return once ``stop`` is set (by the caller) or a signal was received (then set
+    ``stop``). Polls every :data:`_SIGNAL_POLL_SECONDS`."""
+    while not stop.wait(_SIGNAL_POLL_SECONDS):
+        if received:
+            stop.set()
+            return
 
 
 def _restore_signal_handlers(previous: dict[int, Any]) -> None:

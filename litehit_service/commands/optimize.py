@@ -4,19 +4,27 @@ Reads a configuration in the reference's format (:mod:`litehit_service.offline.o
 validates it and the whole trace before replaying (errors: ``file:line: field: reason``,
 exit code 2, nothing written), replays once per configuration with the compiled policy
 replay, and writes ``{instance_id}_hit_rates.csv`` per instance (and with
-``--draw-chart`` ``timeseries/multi_instance_cache_analysis.png``) into the configuration's
-``output_result_path`` or ``-o DIR``, all or nothing. Prints a summary table (``--json``:
-one JSON object) on stdout; a progress bar on a terminal; one run line on stderr.
+``--draw-chart`` ``timeseries/multi_instance_cache_analysis.png``; with
+``--aggregate-window-s W`` ``aggregate_hit_rates.csv`` and ``.png``: every instance summed
+per W seconds of trace time) into the configuration's ``output_result_path`` or ``-o DIR``,
+all or nothing. The groups of a configuration are replayed in ``--max-workers`` parts in
+parallel (default: one per CPU; processes, or Ray tasks with ``--executor ray``) and
+merged (:mod:`litehit_service.offline.optimize.parallel`): the same files byte for byte as
+one replay (``--max-workers 1``). Prints a
+summary table (``--json``: one JSON object) on stdout; a progress bar on a terminal; one
+run line on stderr. Bad flags exit 2 naming the value.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
 import sys
 import time
 from typing import Any
 
-from litehit_service.commands import add_max_line_bytes
+from litehit_service.commands import UsageError, add_max_line_bytes, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -65,8 +73,52 @@ def register(subparsers: Any) -> None:
         help="send every record to this instance (for traces that name none, "
         "e.g. Mooncake, when the configuration has several)",
     )
+    p.add_argument(
+        "--max-workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="replay the configuration's groups in N parts at once, balanced by records "
+        "(default: the CPUs this process may use; 1: one replay of every group in this "
+        "process; the files are the same for any N)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="replay the parts in local processes (default) or as Ray tasks (needs pip "
+        "install 'litehit[ray]'; the same files)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --executor ray: the Ray cluster (default: a local Ray)",
+    )
+    p.add_argument(
+        "--aggregate-window-s",
+        type=_window_seconds,
+        default=None,
+        metavar="W",
+        help="also write aggregate_hit_rates.csv and .png: every instance's reads summed "
+        "per W seconds of trace time from the first read (W > 0; windows without reads "
+        "are left out)",
+    )
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
+
+
+def _window_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 that is at least 1 ns; a usage
+    error naming the value otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    if round(value * 1e9) < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 ns (1e-9), got {text!r}")
+    return value
 
 
 def _trace_format(name: str) -> str:
@@ -85,11 +137,18 @@ def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.optimize.config import load_optimize_config
     from litehit_service.offline.optimize.outputs import summary_json, summary_text, write_outputs
-    from litehit_service.offline.optimize.run import run_optimize
+    from litehit_service.offline.optimize.parallel import run_parallel
     from litehit_service.offline.optimize.trace import load_trace
     from litehit_service.offline.outputs import progress_bar, run_line
+    from litehit_service.offline.pool import default_workers
 
     start = time.perf_counter()
+    if args.ray_address is not None and args.executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        from litehit_service.offline.pool import RAY_MISSING
+
+        raise UsageError(RAY_MISSING)
     config = load_optimize_config(args.config)
     trace = load_trace(
         config,
@@ -98,9 +157,17 @@ def run(args: argparse.Namespace) -> int:
         max_line_bytes=args.max_line_bytes,
     )
     with progress_bar(len(trace.records.kinds), "records", "optimize") as advance:
-        result = run_optimize(config, trace, progress=advance)
+        result = run_parallel(
+            config,
+            trace,
+            workers=args.max_workers or default_workers(),
+            executor=args.executor,
+            ray_address=args.ray_address,
+            progress=advance,
+        )
     out_dir = args.output_dir or config.output_result_path
-    write_outputs(result, out_dir, draw_chart=args.draw_chart)
+    window_ns = None if args.aggregate_window_s is None else round(args.aggregate_window_s * 1e9)
+    write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns)
     extra: dict[str, object] = {}
     if args.compare_exact:
         from litehit_service.offline.optimize.exact import exact_rates

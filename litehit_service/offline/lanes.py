@@ -24,9 +24,19 @@ from litehit_core import FactLineFormat, LocatedError
 from litehit_service.errors import OptimizerError
 from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
+from litehit_service.offline.pool import RAY_MISSING, start_ray
 from litehit_service.policy import QueryPolicy
 
-RAY_MISSING = "--executor ray needs Ray: pip install 'litehit[ray]' (or pip install ray)"
+__all__ = [
+    "LANE_CHUNK",
+    "RAY_MISSING",
+    "LaneRequest",
+    "LaneResult",
+    "LaneSpec",
+    "first_error",
+    "replay_lane",
+    "run_lanes",
+]
 
 # (row index in the ledger, line_no, trace_id, timestamp_ns, keys, input_len)
 LaneRequest = tuple[int, int, str, int, Sequence[int], int]
@@ -106,19 +116,7 @@ def run_lanes(
     cluster at ``address`` or, without one, starts a local Ray (stopped again at the end);
     an already initialised Ray is used as it is. RuntimeError naming the install command
     when Ray is absent."""
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError(RAY_MISSING) from None
-    started = False
-    if not ray.is_initialized():
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
-        started = True
+    ray, started = start_ray(address)
     try:
         task = ray.remote(replay_lane)
         futures = {iid: task.remote(specs[iid], reqs) for iid, reqs in work.items() if reqs}

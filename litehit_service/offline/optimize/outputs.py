@@ -1,7 +1,7 @@
 """What ``litehit optimize`` leaves behind: CSVs, the time-series chart, the summary.
 
 All files of a run are published together or not at all
-(:func:`~litehit_service.offline.outputs.atomic_outputs`): ``{instance_id}_hit_rates.csv``
+(:func:`~litehit_service.offline.outputs.publish_files`): ``{instance_id}_hit_rates.csv``
 per instance in the output folder and, with a chart, ``timeseries/
 multi_instance_cache_analysis.png`` -- top: cumulative hit rate per instance over time;
 bottom: each read's hit rate (dots) with a trailing-window mean (line); cached blocks per
@@ -24,7 +24,7 @@ import numpy as np
 
 from litehit_service.offline.optimize.rows import format_csv
 from litehit_service.offline.optimize.run import OptimizeResult
-from litehit_service.offline.outputs import atomic_outputs
+from litehit_service.offline.outputs import publish_files
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -79,51 +79,17 @@ def write_outputs(
     """Write every CSV (and the chart; with ``aggregate_window_ns`` the aggregate CSV and
     its chart) into ``out_dir`` (created if needed), all or nothing; the paths written.
     O(reads)."""
-    paths = [os.path.join(out_dir, csv_name(r.instance_id)) for r in result.instances]
-    texts = [format_csv(r.rows, r.tier_names) for r in result.instances]
+    texts = [(csv_name(r.instance_id), format_csv(r.rows, r.tier_names)) for r in result.instances]
     figures = []
     if aggregate_window_ns is not None:
         windows = aggregate_windows(result, aggregate_window_ns)
-        paths.append(os.path.join(out_dir, AGGREGATE_CSV))
-        texts.append(aggregate_csv(windows))
+        texts.append((AGGREGATE_CSV, aggregate_csv(windows)))
         figures.append((AGGREGATE_CHART, aggregate_figure(windows)))
     if draw_chart:
         figures.append((CHART, timeseries_figure(result)))
         if any(r.tier_names for r in result.instances):
             figures.append((TIER_CHART, tier_figure(result)))
-    paths += [os.path.join(out_dir, name) for name, _ in figures]
-    created = _make_dirs([os.path.dirname(p) for p in paths])
-    try:
-        with atomic_outputs(paths) as tmps:
-            for tmp, text in zip(tmps, texts, strict=False):
-                with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                    fh.write(text)
-            for tmp, (_, figure) in zip(tmps[len(texts) :], figures, strict=True):
-                figure.savefig(tmp, format="png", dpi=110)
-    except BaseException:
-        for folder in reversed(created):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
-        raise
-    return paths
-
-
-def _make_dirs(folders: list[str]) -> list[str]:
-    """Create the missing folders; those created, parents first (removed again when the
-    run fails, so a failed run leaves nothing)."""
-    created: list[str] = []
-    for folder in dict.fromkeys(folders):
-        missing = []
-        path = os.path.abspath(folder)
-        while not os.path.isdir(path):
-            missing.append(path)
-            path = os.path.dirname(path)
-        for path in reversed(missing):
-            os.mkdir(path)
-            created.append(path)
-    return created
+    return publish_files(out_dir, texts, figures, dpi=110)
 
 
 @dataclass(frozen=True, slots=True)

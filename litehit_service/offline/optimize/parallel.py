@@ -2,28 +2,33 @@
 
 Groups share nothing but two things: a row's ``CachedBlocksAllInstances`` (spec §6: every
 instance of the run, right after the read) and the moments pending writes land (before
-each record, every write due by its time is applied, whichever group reads). So each
-group is replayed on its own (:func:`replay_group`) over a *sub-trace*
-(:func:`group_trace`): that group's records, instance indices remapped to the one-group
-configuration's, plus every other group's read as a
-:data:`~litehit_core.policy_replay.loop.TICK` record at the same time and in the same
-order (a TICK applies the group's pending writes due by then and gets a row without hits
-whose ``cached_all`` is the group's cached blocks at that moment). Every group's replay
-then has exactly one row per read of the trace, in trace order, and :func:`merge_parts`
-takes, per read, the owning group's row and the SUM of every group's ``cached_all``;
-per-instance totals are concatenated in configuration order and tier columns padded to
-the widest group. :func:`~.run.gather` turns the merged replay into the
-:class:`~.run.OptimizeResult`: the CSVs are byte-identical to one replay of every group.
+each record, every write due by its time is applied, whichever group reads). So the
+groups are split into N *parts* (:func:`plan_parts`: balanced by records and keys, each
+part's groups in configuration order) and each part is replayed on its own
+(:func:`replay_part`) over a *sub-trace* (:func:`part_trace`): the part's records,
+instance indices remapped to the part's configuration, plus every other read of the
+trace as a :data:`~litehit_core.policy_replay.loop.TICK` record at the same time and in
+the same order (a TICK applies the part's pending writes due by then and gets a row
+without hits whose ``cached_all`` is the part's cached blocks at that moment). Every
+part's replay then has exactly one row per read of the trace, in trace order, and
+:class:`Merger` takes, per read, the owning part's row and the SUM of every part's
+``cached_all``; per-instance totals go back to their configuration positions and tier
+columns are padded to the widest part. :func:`~.run.gather` turns the merged replay into
+the :class:`~.run.OptimizeResult`: the CSVs are byte-identical to one replay of every
+group.
 
 The trace is decoded once by the caller and shared through
-:class:`~litehit_service.offline.pool.TracePool` (forked processes inherit it; Ray gets
-it once through its object store). A worker sends back its own reads' rows and one
-``cached_all`` column (8 bytes per read of the trace), not the whole sub-replay.
+:class:`~litehit_service.offline.pool.TracePool` (forked processes inherit it, and the
+compiled kernels, loaded here first: ~0.2 s once rather than in every worker; Ray gets
+the trace once through its object store). A part sends back its own reads' rows and one
+``cached_all`` column (8 bytes per read of the trace), folded into the result as it
+arrives.
 
-Cost: per group O(its keys + reads of the trace) plus its evictions, so the total work
-grows by (groups - 1) x reads TICK records and a merge of O(reads x groups); memory per
-worker: its sub-trace (~30 bytes per record kept, 9 per own key) and its replay's arrays.
-One group, or one local worker, replays once as :func:`~.run.run_optimize` does.
+Cost: each part O(its keys + the trace's reads) plus its evictions -- the TICKs add (N -
+1) x reads cheap records in all, N = min(workers, groups), whatever the number of groups;
+the merge O(reads x N). Memory: the result's rows once here; per worker its sub-trace
+(~30 bytes per record kept, 9 per own key), its replay's arrays and rows. One group, or
+one local worker, replays once as :func:`~.run.run_optimize` does.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from litehit_core.policy_replay import ReplayRecords, ReplayResult, replay
+from litehit_core.policy_replay import ReplayRecords, ReplayResult, replay, warm_up
 from litehit_core.policy_replay.loop import TICK, WRITE
 from litehit_service.offline.optimize.config import OptimizeConfig
 from litehit_service.offline.optimize.run import OptimizeResult, build_setup, gather, run_optimize
@@ -44,11 +49,12 @@ from litehit_service.offline.optimize.trace import LoadedTrace
 from litehit_service.offline.pool import TracePool, report_progress
 
 __all__ = [
-    "GroupPart",
-    "GroupTask",
-    "group_trace",
-    "merge_parts",
-    "replay_group",
+    "Merger",
+    "PartResult",
+    "PartTask",
+    "part_trace",
+    "plan_parts",
+    "replay_part",
     "run_parallel",
     "runs_in_parallel",
 ]
@@ -58,24 +64,25 @@ _POLL_S = 0.2
 """Seconds between progress updates while the workers replay."""
 
 
-class GroupTask(NamedTuple):
-    """One group's replay: ``index`` in the configuration, ``config`` holding just that
-    group, and the global indices of its instances (``first`` .. ``first + count - 1``)."""
+class PartTask(NamedTuple):
+    """One part's replay: ``index`` among the parts, ``config`` holding the part's groups
+    (configuration order) and ``members``: the global (configuration-order) index of each
+    of the part's instances, in the part's order."""
 
     index: int
     config: OptimizeConfig
-    first: int
-    count: int
+    members: tuple[int, ...]
 
 
-class GroupPart(NamedTuple):
-    """What a group's replay sends back: ``rows`` of its own reads (the replay's columns;
-    column 0 is the sub-trace's record index), ``cached_all`` (int64, one per read of the
-    whole trace: the group's cached blocks right after it), the replay's ``stride`` (most
-    tiers of an instance, 1 untiered), per-instance totals as
-    :class:`~litehit_core.policy_replay.ReplayResult` has them, its arrays' bytes."""
+class PartResult(NamedTuple):
+    """What a part's replay sends back: ``members`` (as :class:`PartTask`), ``rows`` of
+    its own reads (the replay's columns; column 0 is the sub-trace's record index),
+    ``cached_all`` (int64, one per read of the whole trace: the part's cached blocks right
+    after it), the replay's ``stride`` (most tiers of an instance, 1 untiered), per
+    instance the totals as :class:`~litehit_core.policy_replay.ReplayResult` has them, and
+    its arrays' bytes."""
 
-    index: int
+    members: tuple[int, ...]
     rows: np.ndarray
     cached_all: np.ndarray
     stride: int
@@ -95,13 +102,40 @@ def runs_in_parallel(config: OptimizeConfig, workers: int, executor: str) -> boo
     return len(config.groups) > 1 and (workers > 1 or executor == "ray")
 
 
-def group_trace(trace: LoadedTrace, first: int, count: int) -> LoadedTrace:
-    """The sub-trace of the group whose instances are ``first .. first + count - 1``
-    (module docstring): its records (instances renumbered from 0) and every other read as
-    a TICK (no keys, instance 0, no TTL), in trace order; other groups' writes are left
+def plan_parts(config: OptimizeConfig, trace: LoadedTrace, parts: int) -> list[PartTask]:
+    """The groups in ``min(parts, groups)`` parts of about equal work (records + keys of
+    their instances; the heaviest group first into the lightest part), each part's groups
+    in configuration order; empty parts dropped. O(records + groups x parts)."""
+    sizes = [len(g.instances) for g in config.groups]
+    group_of = np.repeat(np.arange(len(sizes)), sizes)
+    rec = trace.records
+    weight = np.bincount(group_of[rec.insts], weights=np.diff(rec.key_off) + 1,
+                         minlength=len(sizes))  # fmt: skip
+    bins: list[list[int]] = [[] for _ in range(min(parts, len(sizes)))]
+    loads = [0.0] * len(bins)
+    for gi in sorted(range(len(sizes)), key=lambda g: (-weight[g], g)):
+        k = min(range(len(bins)), key=lambda b: (loads[b], b))
+        bins[k].append(gi)
+        loads[k] += float(weight[gi])
+    first = np.r_[0, np.cumsum(sizes)]
+    tasks = []
+    for groups in (sorted(b) for b in bins if b):
+        members = tuple(int(i) for g in groups for i in range(first[g], first[g + 1]))
+        sub = replace(config, groups=tuple(config.groups[g] for g in groups))
+        tasks.append(PartTask(len(tasks), sub, members))
+    return tasks
+
+
+def part_trace(trace: LoadedTrace, members: tuple[int, ...]) -> LoadedTrace:
+    """The sub-trace of the part with instances ``members`` (module docstring): their
+    records (instances renumbered to the position in ``members``) and every other read as
+    a TICK (no keys, instance 0, no TTL), in trace order; other instances' writes are left
     out. New writable arrays. O(records + keys)."""
     rec = trace.records
-    own = (rec.insts >= first) & (rec.insts < first + count)
+    remap = np.full(max(int(rec.insts.max(initial=0)), *members) + 1, -1, dtype=np.int64)
+    remap[list(members)] = np.arange(len(members))
+    local = remap[rec.insts]
+    own = local >= 0
     keep = own | (rec.kinds != WRITE)
     lens = np.diff(rec.key_off)
     key_mask = np.repeat(own, lens)
@@ -110,7 +144,7 @@ def group_trace(trace: LoadedTrace, first: int, count: int) -> LoadedTrace:
     np.cumsum(sub_lens, out=key_off[1:])
     records = ReplayRecords(
         kinds=np.where(own, rec.kinds, np.int8(TICK)).astype(np.int8)[keep],
-        insts=np.where(own, rec.insts - first, 0).astype(np.int32)[keep],
+        insts=np.where(own, local, 0).astype(np.int32)[keep],
         times=rec.times[keep],
         key_off=key_off,
         keys=rec.keys[key_mask],
@@ -120,17 +154,16 @@ def group_trace(trace: LoadedTrace, first: int, count: int) -> LoadedTrace:
     return replace(trace, records=records, input_lens=trace.input_lens[keep])
 
 
-def replay_group(task: GroupTask, trace: LoadedTrace) -> GroupPart:
-    """Replay one group over its sub-trace of ``trace`` (what a worker runs; plain
-    Python, testable in this process). Progress: records of the sub-trace, through
+def replay_part(task: PartTask, trace: LoadedTrace) -> PartResult:
+    """Replay one part over its sub-trace of ``trace`` (what a worker runs; plain Python,
+    testable in this process). Progress: records of the sub-trace, through
     :func:`~litehit_service.offline.pool.report_progress`. O(sub-trace) + evictions."""
-    sub = group_trace(trace, task.first, task.count)
-    setup = build_setup(task.config, sub)
-    result = replay(setup, sub.records, progress=report_progress)
+    sub = part_trace(trace, task.members)
+    result = replay(build_setup(task.config, sub), sub.records, progress=report_progress)
     rows = result.rows
     own = sub.records.kinds[rows[:, 0]] != TICK
-    return GroupPart(
-        index=task.index,
+    return PartResult(
+        members=task.members,
         rows=rows[own],
         cached_all=rows[:, 4].copy(),
         stride=result.tier_cached.shape[1],
@@ -145,61 +178,64 @@ def replay_group(task: GroupTask, trace: LoadedTrace) -> GroupPart:
     )
 
 
-def merge_parts(config: OptimizeConfig, trace: LoadedTrace, parts: list[GroupPart]) -> ReplayResult:
-    """One replay's result from every group's part (configuration order): per read the
-    owning group's row, column 0 the read's record index, ``cached_all`` summed over the
-    groups; tier columns padded to the widest group (a group of one tier fills tier 0 as
-    one replay of every group does: its hits and cached blocks). ``arrays`` is None (the
-    parts' arrays stay in the workers). ValueError when a part does not fit the trace.
-    O(reads x groups)."""
-    rec = trace.records
-    reads = np.flatnonzero(rec.kinds != WRITE)
-    sizes = [len(g.instances) for g in config.groups]
-    group_of = np.repeat(np.arange(len(sizes)), sizes)
-    owner = group_of[rec.insts[reads]] if len(reads) else np.zeros(0, dtype=np.int64)
-    wide = max(p.stride for p in parts)
-    width = 6 + 2 * wide if wide > 1 else 6
-    rows = np.zeros((len(reads), width), dtype=np.int64)
-    rows[:, 0] = reads
-    for p in parts:
-        mine = owner == p.index
-        own = p.rows
-        if len(own) != int(mine.sum()) or len(p.cached_all) != len(reads):
+class Merger:
+    """Folds :class:`PartResult` objects (any order) into one replay's result of every
+    instance of ``trace`` (:meth:`add`, then :meth:`result`). Each part is folded as it
+    arrives and may be dropped: the merger holds the result's rows and totals only.
+    ``stride``: the most tiers of any instance of the run (1 untiered)."""
+
+    def __init__(self, trace: LoadedTrace, n_instances: int, stride: int) -> None:
+        rec = trace.records
+        self._reads = np.flatnonzero(rec.kinds != WRITE)
+        self._inst = rec.insts[self._reads]
+        self.stride = stride
+        width = 6 + 2 * stride if stride > 1 else 6
+        self.rows = np.zeros((len(self._reads), width), dtype=np.int64)
+        self.rows[:, 0] = self._reads
+        self.totals = {name: np.zeros(n_instances, dtype=np.int64)
+                       for name in ("cached", "peak", "evicted", "expired", "written")}  # fmt: skip
+        self.tiers = {name: np.zeros((n_instances, stride), dtype=np.int64)
+                      for name in ("tier_cached", "tier_evicted")}  # fmt: skip
+        self.memory_bytes = 0
+
+    def add(self, part: PartResult) -> None:
+        """Fold ``part`` in: its reads' rows, its ``cached_all`` added to every row, its
+        instances' totals; a part of one tier fills tier 0 as one replay of every group
+        does (its hits and cached blocks). ValueError when it does not fit. O(reads)."""
+        rows, wide, members = self.rows, self.stride, list(part.members)
+        mine = np.isin(self._inst, members)
+        own = part.rows
+        if len(own) != int(mine.sum()) or len(part.cached_all) != len(rows):
             raise ValueError(
-                f"group {p.index}: {len(own)} own rows for {int(mine.sum())} reads, "
-                f"{len(p.cached_all)} rows for {len(reads)}"
+                f"part of instances {members}: {len(own)} rows for {int(mine.sum())} "
+                f"reads, {len(part.cached_all)} rows for {len(rows)}"
             )
         rows[mine, 1:4] = own[:, 1:4]
         rows[mine, 5] = own[:, 5]
-        rows[:, 4] += p.cached_all
-        if wide > 1:
-            s = p.stride
-            if s > 1:
-                rows[mine, 6 : 6 + s] = own[:, 6 : 6 + s]
-                rows[mine, 6 + wide : 6 + wide + s] = own[:, 6 + s : 6 + 2 * s]
-            else:
-                rows[mine, 6] = own[:, 1] + own[:, 2]
-                rows[mine, 6 + wide] = own[:, 3]
+        rows[:, 4] += part.cached_all
+        s = part.stride
+        if wide > 1 and s > 1:
+            rows[mine, 6 : 6 + s] = own[:, 6 : 6 + s]
+            rows[mine, 6 + wide : 6 + wide + s] = own[:, 6 + s : 6 + 2 * s]
+        elif wide > 1:
+            rows[mine, 6] = own[:, 1] + own[:, 2]
+            rows[mine, 6 + wide] = own[:, 3]
+        for name, values in self.totals.items():
+            values[members] = getattr(part, name)
+        for name, values in self.tiers.items():
+            values[members, :s] = getattr(part, name)
+        self.memory_bytes += part.memory_bytes
 
-    def cat(name: str) -> np.ndarray:
-        return np.concatenate([getattr(p, name) for p in parts])
-
-    def padded(name: str) -> np.ndarray:
-        blocks = [getattr(p, name) for p in parts]
-        return np.concatenate([np.pad(b, ((0, 0), (0, wide - b.shape[1]))) for b in blocks])
-
-    return ReplayResult(
-        rows=rows,
-        cached=cat("cached"),
-        peak=cat("peak"),
-        evicted=cat("evicted"),
-        expired=cat("expired"),
-        written=cat("written"),
-        memory_bytes=sum(p.memory_bytes for p in parts),
-        tier_cached=padded("tier_cached"),
-        tier_evicted=padded("tier_evicted"),
-        arrays=None,  # type: ignore[arg-type]
-    )
+    def result(self) -> ReplayResult:
+        """The merged replay (``arrays`` is None: the parts' arrays stayed in the
+        workers; ``memory_bytes`` sums the parts')."""
+        return ReplayResult(
+            rows=self.rows,
+            **self.totals,
+            memory_bytes=self.memory_bytes,
+            **self.tiers,
+            arrays=None,  # type: ignore[arg-type]
+        )
 
 
 def run_parallel(
@@ -211,43 +247,36 @@ def run_parallel(
     ray_address: str | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> OptimizeResult:
-    """Replay ``trace`` under ``config``, groups in parallel (module docstring): ``workers``
-    forked processes (``local``) or Ray tasks (``ray``, at ``ray_address`` or a local Ray;
-    as many at once as Ray's CPUs allow); one group, or ``local`` with one worker, is one
-    replay in this process. ``progress(n)`` hears the share of the trace's records done
-    (the calls add up to its record count). The same result as
-    :func:`~.run.run_optimize` (``replay_seconds`` includes starting the workers;
-    ``memory_bytes`` sums the groups' arrays). A worker's error is raised here; a bad
-    configuration before any worker starts."""
+    """Replay ``trace`` under ``config``, groups in ``min(workers, groups)`` parts in
+    parallel (module docstring): forked processes (``local``) or Ray tasks (``ray``, at
+    ``ray_address`` or a local Ray; as many at once as its CPUs allow); one group, or
+    ``local`` with one worker, is one replay in this process. ``progress(n)`` hears the
+    share of the trace's records done (the calls add up to its record count). The same
+    result as :func:`~.run.run_optimize` (``replay_seconds`` includes starting the
+    workers; ``memory_bytes`` sums the parts' arrays). A worker's error is raised here; a
+    bad configuration before any worker starts."""
     if not runs_in_parallel(config, workers, executor):
         return run_optimize(config, trace, progress=progress)
     build_setup(config, trace)  # its errors here, not in a worker
-    tasks: list[GroupTask] = []
-    first = 0
-    for gi, group in enumerate(config.groups):
-        sub = replace(config, groups=(group,))
-        tasks.append(GroupTask(gi, sub, first, len(group.instances)))
-        first += len(group.instances)
+    start = time.perf_counter()
+    tasks = plan_parts(config, trace, workers)
     rec = trace.records
     n_reads = int(np.count_nonzero(rec.kinds != WRITE))
-    own_records = np.bincount(
-        np.repeat(np.arange(len(tasks)), [t.count for t in tasks])[rec.insts],
-        minlength=len(tasks),
-    )
-    own_reads = np.bincount(
-        np.repeat(np.arange(len(tasks)), [t.count for t in tasks])[rec.insts[rec.kinds != WRITE]],
-        minlength=len(tasks),
-    )
-    sizes = [int(own_records[t.index] + n_reads - own_reads[t.index]) for t in tasks]
-    start = time.perf_counter()
-    pool = TracePool({_TRACE_KEY: trace}, workers=min(workers, len(tasks)), executor=executor,
+    sizes = []
+    for t in tasks:
+        own = np.isin(rec.insts, t.members)
+        sizes.append(int(own.sum() + n_reads - np.count_nonzero(own & (rec.kinds != WRITE))))
+    stride = max((len(g.tiers) if g.tiers else 1) for g in config.groups)
+    merger = Merger(trace, len(config.instances), stride)
+    if executor == "local":  # load the kernels once here: the forked workers inherit them
+        warm_up()
+    pool = TracePool({_TRACE_KEY: trace}, workers=len(tasks), executor=executor,
                      ray_address=ray_address)  # fmt: skip
     with pool:
         order = sorted(tasks, key=lambda t: -sizes[t.index])  # the longest first
-        futures = {pool.submit(replay_group, t, _TRACE_KEY): t.index for t in order}
-        parts = _collect(pool, futures, sizes, len(rec.kinds), progress)
-    merged = merge_parts(config, trace, parts)
-    return gather(config, trace, merged, time.perf_counter() - start)
+        futures = {pool.submit(replay_part, t, _TRACE_KEY): t.index for t in order}
+        _collect(pool, futures, sizes, len(rec.kinds), merger, progress)
+    return gather(config, trace, merger.result(), time.perf_counter() - start)
 
 
 def _collect(
@@ -255,21 +284,19 @@ def _collect(
     futures: dict[Future, int],
     sizes: list[int],
     n_records: int,
+    merger: Merger,
     progress: Callable[[int], object] | None,
-) -> list[GroupPart]:
-    """Every group's part in configuration order, reporting progress as the workers go
-    (scaled to ``n_records``); the first failing group's error is raised."""
-    parts: dict[int, GroupPart] = {}
+) -> None:
+    """Fold every part into ``merger`` as it arrives, reporting progress as the workers go
+    (scaled to ``n_records``); the first failing part's error is raised."""
     pending = set(futures)
     total = max(sum(sizes), 1)
-    shown = 0
-    finished = 0
+    shown = finished = 0
     while pending:
         done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
         for fut in done:
-            index = futures[fut]
-            parts[index] = fut.result()
-            finished += sizes[index]
+            merger.add(fut.result())
+            finished += sizes[futures[fut]]
         units = pool.reported() if pool.reports_progress else finished
         target = min(units, total) * n_records // total
         if progress is not None and target > shown:
@@ -277,4 +304,3 @@ def _collect(
             shown = target
     if progress is not None and n_records > shown:
         progress(n_records - shown)
-    return [parts[i] for i in sorted(parts)]

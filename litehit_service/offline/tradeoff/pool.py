@@ -82,7 +82,8 @@ class TradeoffPool:
     ``executor`` (``"local"`` or ``"ray"``; Ray at ``ray_address``, else a local Ray
     started for the pool and stopped by :meth:`close`; an initialised Ray is used as it
     is): a :class:`~litehit_service.offline.pool.TracePool` running :func:`run_task`. A
-    context manager; :meth:`close` ends the workers."""
+    context manager; :meth:`close` ends the workers (an error in the block kills forked
+    workers at once)."""
 
     def __init__(
         self,
@@ -109,5 +110,5 @@ class TradeoffPool:
     def __enter__(self) -> TradeoffPool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self._pool.__exit__(exc_type, *exc)  # an error kills the workers at once
