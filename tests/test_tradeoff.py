@@ -387,7 +387,7 @@ def test_bad_flags_exit_2_naming_the_value(tmp_path, capsys, flags, named):
 def test_usage_and_input_errors_write_nothing(tmp_path, capsys):
     path = write_case(tmp_path, [req(1, [1])], [("g", -1, ["a"])])
     assert run_main() == 2
-    assert "litehit tradeoff CONFIG.json" in capsys.readouterr().err
+    assert "litehit tradeoff: error: give the configuration: CONFIG.json" in capsys.readouterr().err
     assert run_main(str(path), "--ray-address", "auto") == 2
     assert "--ray-address needs --executor ray" in capsys.readouterr().err
     assert run_main(str(path), "--skip-run") == 2  # no earlier run

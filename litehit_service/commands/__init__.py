@@ -40,6 +40,49 @@ class CommandFailed(Exception):
     """The command ran but could not do its job (server unreachable, ...): exit code 1."""
 
 
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trace-format NAME`` and ``--instance ID`` and ``--max-line-bytes`` to a
+    command that replays an ``optimize`` configuration's trace."""
+    parser.add_argument(
+        "--trace-format",
+        metavar="NAME",
+        default=None,
+        type=trace_format,
+        help="the trace's format (standard, mooncake, lmcache; default: detected)",
+    )
+    parser.add_argument(
+        "--instance",
+        metavar="ID",
+        default=None,
+        help="send every record to this instance (for traces that name none, "
+        "e.g. Mooncake, when the configuration has several)",
+    )
+    add_max_line_bytes(parser, "trace")
+
+
+def trace_format(name: str) -> str:
+    """An argparse type: a registered trace format (the readers load only when the option
+    is given); a usage error naming the value and the known names otherwise."""
+    from litehit_service.offline.traces.registry import get_reader
+
+    try:
+        get_reader(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
+
+
+def config_path(args: argparse.Namespace) -> str:
+    """The configuration named by the positional ``config`` or ``-c`` (``config_option``);
+    UsageError when neither, or two different ones, are given."""
+    given = [p for p in (args.config, args.config_option) if p is not None]
+    if not given:
+        raise UsageError("give the configuration: CONFIG.json (or -c CONFIG.json)")
+    if len(set(given)) > 1:
+        raise UsageError(f"two configurations given: {given[0]!r} and -c {given[1]!r}; give one")
+    return given[0]
+
+
 def add_max_line_bytes(parser: argparse.ArgumentParser, what: str) -> None:
     """Add ``--max-line-bytes N`` (``args.max_line_bytes``) to a command reading ``what``:
     the longest line accepted, in bytes; an integer > 0 or a usage error (exit code 2)."""

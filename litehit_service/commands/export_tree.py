@@ -22,7 +22,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes, positive_int
+from litehit_service.commands import add_trace_options, config_path, positive_int
 
 if TYPE_CHECKING:
     from litehit_service.offline.analysis.replay import Analysis
@@ -84,44 +84,7 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write here instead of the configuration's output_result_path",
     )
-    p.add_argument(
-        "--trace-format",
-        metavar="NAME",
-        default=None,
-        type=trace_format,
-        help="the trace's format (standard, mooncake, lmcache; default: detected)",
-    )
-    p.add_argument(
-        "--instance",
-        metavar="ID",
-        default=None,
-        help="send every record to this instance (for traces that name none, "
-        "e.g. Mooncake, when the configuration has several)",
-    )
-    add_max_line_bytes(p, "trace")
-
-
-def trace_format(name: str) -> str:
-    """An argparse type: a registered trace format; a usage error naming the value and
-    the known names otherwise."""
-    from litehit_service.offline.traces.registry import get_reader
-
-    try:
-        get_reader(name)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return name
-
-
-def config_path(args: argparse.Namespace) -> str:
-    """The configuration named by the positional or ``-c`` (UsageError: neither, or two
-    different ones)."""
-    given = [p for p in (args.config, args.config_option) if p is not None]
-    if not given:
-        raise UsageError("give the configuration: CONFIG.json (or -c CONFIG.json)")
-    if len(set(given)) > 1:
-        raise UsageError(f"two configurations given: {given[0]!r} and -c {given[1]!r}; give one")
-    return given[0]
+    add_trace_options(p)
 
 
 def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str]:

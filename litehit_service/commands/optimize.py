@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes, positive_int
+from litehit_service.commands import UsageError, add_trace_options, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -59,20 +59,7 @@ def register(subparsers: Any) -> None:
         help="also print LiteHit's exact tail-first and head-first LRU hit rates "
         "at each instance's group quota",
     )
-    p.add_argument(
-        "--trace-format",
-        metavar="NAME",
-        default=None,
-        type=_trace_format,
-        help="the trace's format (standard, mooncake, lmcache; default: detected)",
-    )
-    p.add_argument(
-        "--instance",
-        metavar="ID",
-        default=None,
-        help="send every record to this instance (for traces that name none, "
-        "e.g. Mooncake, when the configuration has several)",
-    )
+    add_trace_options(p)
     p.add_argument(
         "--max-workers",
         type=positive_int,
@@ -103,7 +90,6 @@ def register(subparsers: Any) -> None:
         "per W seconds of trace time from the first read (W > 0; windows without reads "
         "are left out)",
     )
-    add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
 
 
@@ -119,18 +105,6 @@ def _window_seconds(text: str) -> float:
     if round(value * 1e9) < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 ns (1e-9), got {text!r}")
     return value
-
-
-def _trace_format(name: str) -> str:
-    """An argparse type: a registered trace format (the readers load only when the option
-    is given); a usage error naming the value and the known names otherwise."""
-    from litehit_service.offline.traces.registry import get_reader
-
-    try:
-        get_reader(name)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return name
 
 
 def run(args: argparse.Namespace) -> int:

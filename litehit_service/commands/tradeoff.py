@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes, positive_int
+from litehit_service.commands import UsageError, add_trace_options, config_path, positive_int
 
 HIT_RATE_TYPES = ("total",)
 """What ``--hit-rate-type`` accepts: hit tokens / input tokens over every instance."""
@@ -114,18 +114,7 @@ def register(subparsers: Any) -> None:
         help="write here instead of the configuration's output_result_path",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument(
-        "--trace-format",
-        metavar="NAME",
-        type=_trace_format,
-        help="the trace's format (standard, mooncake, lmcache; default: detected)",
-    )
-    p.add_argument(
-        "--instance",
-        metavar="ID",
-        help="send every record to this instance (traces that name none)",
-    )
-    add_max_line_bytes(p, "trace")
+    add_trace_options(p)
     p.set_defaults(func=run)
 
 
@@ -156,25 +145,6 @@ def _hit_rate_type(text: str) -> str:
     return text
 
 
-def _trace_format(name: str) -> str:
-    from litehit_service.offline.traces.registry import get_reader
-
-    try:
-        get_reader(name)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return name
-
-
-def _config_path(args: argparse.Namespace) -> str:
-    given = [p for p in (args.config, args.config_option) if p is not None]
-    if not given:
-        raise UsageError("give the configuration: litehit tradeoff CONFIG.json (or -c CONFIG.json)")
-    if len(given) == 2 and given[0] != given[1]:
-        raise UsageError(f"two configurations given: {given[0]!r} and -c {given[1]!r}")
-    return given[0]
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.optimize.config import load_optimize_config
@@ -182,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.offline.tradeoff.sweep import refuse_tiered
 
     start = time.perf_counter()
-    path = _config_path(args)
+    path = config_path(args)
     if args.ray_address is not None and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
