@@ -65,6 +65,10 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_RAY_START_ATTEMPTS = 2
+"""Tries of a local Ray start (a loaded machine can time out the first)."""
+
+
 def start_ray(address: str | None) -> tuple[Any, bool]:
     """The ``ray`` module, initialised: connected to ``address`` or, without one, a local
     Ray started here; an already initialised Ray is used as it is. Returns ``(ray,
@@ -76,8 +80,17 @@ def start_ray(address: str | None) -> tuple[Any, bool]:
         raise RuntimeError(RAY_MISSING) from None
     if ray.is_initialized():
         return ray, False
-    ray.init(address=address, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)  # fmt: skip
+    for attempt in range(_RAY_START_ATTEMPTS):
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)  # fmt: skip
+            break
+        except Exception:
+            # a local start on a loaded machine can time out waiting for its raylet
+            # ("The current node timed out during startup"): clean up, try once more
+            ray.shutdown()
+            if attempt + 1 == _RAY_START_ATTEMPTS or address is not None:
+                raise
     return ray, True
 
 
