@@ -20,8 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from litehit_core.policy_replay.blocks import expire, read, write
-from litehit_core.policy_replay.dispatch import expires
+from litehit_core.policy_replay.blocks import read, write
 from litehit_core.policy_replay.quota import evict, evict_tiers
 from litehit_core.policy_replay.state import (
     CACHED_ALL,
@@ -61,13 +60,11 @@ def _apply_write(
     known: np.int64,
 ) -> None:
     a.scalars[NOW] = now
+    expire_tiers(a, inst, now)  # every tier (one untiered)
     if a.tiering[inst, TIERS] > 1:
-        expire_tiers(a, inst, now)
         write_tiered(a, inst, keys, lo, hi, now, bucket)
         evict_tiers(a, inst)
     else:
-        if expires(a, inst):
-            expire(a, inst, now)
         write(a, inst, keys, lo, hi, now, bucket, known)
         evict(a, inst)
     cached = _cached(a, inst)
@@ -98,14 +95,12 @@ def _read(
     """A read by any instance (tiered or not): (local hits, remote hits, known nodes in
     ``a.path`` -- 0 when tiered: a promotion may evict)."""
     a.scalars[NOW] = now
+    expire_tiers(a, inst, now)  # every tier (one untiered)
     if a.tiering[inst, TIERS] > 1:
-        expire_tiers(a, inst, now)
         local_hits, remote_hits, promoted = read_tiered(a, inst, keys, local, lo, hi, now)
         if promoted:
             evict_tiers(a, inst)
         return local_hits, remote_hits, np.int64(0)
-    if expires(a, inst):
-        expire(a, inst, now)
     return read(a, inst, keys, local, lo, hi, now)
 
 
