@@ -328,7 +328,7 @@ def test_convert_rejects_backwards_timestamps(
         (
             "standard",
             ["--instance-id", "i"],
-            "--instance-id applies to --from mooncake only, not --from standard",
+            "--instance-id applies to --from mooncake / qwen-bailian only, not --from standard",
         ),
         (
             "lmcache",

@@ -17,6 +17,7 @@ from layout import iter_modules
 from litehit_core import LocatedError
 from litehit_service.commands import simulate as simulate_command
 from litehit_service.offline import config, convert, simulate
+from litehit_service.offline.converters import CONVERTERS
 from litehit_service.offline.traces import (
     EVENT_KINDS,
     INT64_MAX,
@@ -45,11 +46,13 @@ def write_example(tmp_path: Path, reader: TraceReader, extra: bytes = b"") -> Pa
 
 def test_the_registry_holds_the_formats_the_commands_offer() -> None:
     assert format_names() == tuple(READERS) == ("standard", "mooncake", "lmcache")
-    for offered in (config.TRACE_FORMATS, convert.FORMATS, simulate.FORMATS):
+    for offered in (config.TRACE_FORMATS, simulate.FORMATS):
         assert set(offered) <= set(READERS), offered
+    assert set(convert.FORMATS) == set(READERS) | set(CONVERTERS)
     # every command offers every format, in its documented order
     assert config.TRACE_FORMATS == format_names()
-    assert convert.FORMATS == ("mooncake", "lmcache", "standard")  # the output format last
+    # convert: the readers, the log converters, the output format last
+    assert convert.FORMATS == ("mooncake", "lmcache", "publisher-log", "qwen-bailian", "standard")
     assert simulate.FORMATS == tuple(sorted(READERS))  # name order: lmcache (default) first
 
 

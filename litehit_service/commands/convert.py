@@ -29,18 +29,24 @@ from litehit_service.offline.convert import (
     DEFAULT_STANDARD_BLOCK_SIZE,
     DEFAULT_TIME_OFFSET_NS,
     FORMATS,
+    get_source,
 )
-from litehit_service.offline.traces import READERS, get_reader
+from litehit_service.offline.converters import Converter
+from litehit_service.offline.converters.bailian import BLOCK_TOKENS as BAILIAN_BLOCK_TOKENS
+from litehit_service.offline.converters.bailian import EMIT_MODES
 
 
 def register(subparsers: Any) -> None:
     """Add the ``convert`` subcommand to ``subparsers``."""
     p = subparsers.add_parser(
         "convert",
-        help="convert a Mooncake / LMCache / standard trace to standard trace JSONL",
+        help=(
+            "convert a Mooncake / LMCache / standard trace, a KVCacheManager publisher log "
+            "or Qwen Bailian traces to standard trace JSONL"
+        ),
         description=(
-            "Convert a trace to LiteHit's standard JSONL (one compact object per event). "
-            "The output is published atomically; on error nothing is written, "
+            "Convert a trace or log to LiteHit's standard JSONL (one compact object per "
+            "event). The output is published atomically; on error nothing is written, "
             "'path:line: reason' goes to stderr and the exit code is 2."
         ),
     )
@@ -54,7 +60,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "input",
         metavar="INPUT",
-        help="input trace file (lmcache: a JSONL file or a directory of lookup_hashes_*.jsonl)",
+        nargs="+",
+        help=(
+            "input trace file (lmcache: a JSONL file or a directory of "
+            "lookup_hashes_*.jsonl); publisher-log and qwen-bailian: one or more files or "
+            "directories, merged in time order"
+        ),
     )
     p.add_argument("-o", "--output", required=True, metavar="OUTPUT.jsonl", help="output file")
     p.add_argument(
@@ -63,14 +74,45 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=(
             f"mooncake: tokens per hash id (default {DEFAULT_MOONCAKE_BLOCK_SIZE}); "
+            f"publisher-log: tokens per key (required; input_len = keys x N); "
+            f"qwen-bailian: tokens per hash id (default {BAILIAN_BLOCK_TOKENS}); "
             f"standard: the trace granularity written by --emit-config "
             f"(default {DEFAULT_STANDARD_BLOCK_SIZE}); not for lmcache (chunk_size is in the logs)"
         ),
     )
     p.add_argument(
         "--instance-id",
+        "--instance",
         metavar="ID",
-        help="mooncake only: instance id of every event (default 'default')",
+        help=(
+            "mooncake: instance id of every event (default 'default'); qwen-bailian: the "
+            "instance of every record (required)"
+        ),
+    )
+    p.add_argument(
+        "--instance-map",
+        metavar="FILE.json",
+        help=(
+            'publisher-log only: a JSON object renaming sources: "src": "instance", '
+            '"src": {"instance_id": ..., "block_size": N} or "src": null (drop); '
+            "unlisted sources keep their name"
+        ),
+    )
+    p.add_argument(
+        "--emit",
+        choices=EMIT_MODES,
+        default=None,
+        help="qwen-bailian only: one request per line (default) or a get and a write",
+    )
+    p.add_argument(
+        "--reorder-window-ms",
+        type=_non_negative_int,
+        default=None,
+        metavar="MS",
+        help=(
+            "publisher-log and qwen-bailian: how far out of time order a file's lines may be "
+            "(default 1000 ms; 0: sorted); a line later than that is an error"
+        ),
     )
     p.add_argument(
         "--model",
@@ -90,11 +132,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--time-offset-ns",
         type=_non_negative_int,
-        default=DEFAULT_TIME_OFFSET_NS,
+        default=None,
         metavar="N",
         help=(
-            "added to every timestamp (default %(default)s ns = 1 ms, so Mooncake's 0 ms "
-            "start becomes a valid timestamp_ns > 0; 0 keeps timestamps unchanged)"
+            f"added to every timestamp (default {DEFAULT_TIME_OFFSET_NS} ns = 1 ms, so a "
+            "trace starting at 0 (Mooncake, Qwen Bailian) becomes a valid timestamp_ns > 0; "
+            "publisher-log: 0; 0 keeps timestamps unchanged)"
         ),
     )
     p.add_argument(
@@ -128,27 +171,47 @@ def _int(text: str) -> int:
 
 
 def _taking(option: str) -> str:
-    """The formats whose reader takes ``option``, as ``--from`` values (``mooncake``)."""
-    return " / ".join(name for name, reader in READERS.items() if option in reader.options)
+    """The formats whose reader or converter takes ``option``, as ``--from`` values."""
+    return " / ".join(name for name in FORMATS if option in get_source(name).options)
+
+
+CONVERTER_OPTIONS = {
+    "instance_map": "--instance-map",
+    "emit": "--emit",
+    "reorder_window_ms": "--reorder-window-ms",
+}
+"""Options only some converters take: destination -> flag."""
+REQUIRED_FLAGS = {"block_size": "--block-size N", "instance_id": "--instance NAME"}
+"""How a missing required option is named in the error."""
 
 
 def _option_error(args: argparse.Namespace) -> str | None:
     """Why the options do not fit ``--from`` (or ``None``): each is a question to the
-    format's reader (the options it takes, whether its trace states its key sizes)."""
+    format's reader or converter (the options it takes and requires, how many inputs,
+    whether its trace states its key sizes)."""
     fmt = args.source_format
-    reader = get_reader(fmt)
-    if args.instance_id is not None and "instance_id" not in reader.options:
+    source = get_source(fmt)
+    if not isinstance(source, Converter) and len(args.input) > 1:
+        return f"--from {fmt} takes one INPUT, got {len(args.input)}"
+    if isinstance(source, Converter):
+        for option in source.required:
+            if getattr(args, option) is None:
+                return f"--from {fmt} needs {REQUIRED_FLAGS[option]}"
+    for dest, flag in CONVERTER_OPTIONS.items():
+        if getattr(args, dest) is not None and dest not in source.options:
+            return f"{flag} applies to --from {_taking(dest)} only, not --from {fmt}"
+    if args.instance_id is not None and "instance_id" not in source.options:
         return f"--instance-id applies to --from {_taking('instance_id')} only, not --from {fmt}"
     if args.instance_id is not None and not args.instance_id:
         return "--instance-id must not be empty"
-    if args.model is not None and "model" not in reader.options:
+    if args.model is not None and "model" not in source.options:
         return f"--model applies to --from {_taking('model')} only, not --from {fmt}"
-    if args.block_size is not None and reader.sizes_in_trace:
+    if args.block_size is not None and source.sizes_in_trace:
         return f"--block-size does not apply to --from {fmt} (chunk_size comes from the logs)"
-    no_block_option = "block_size" not in reader.options
+    no_block_option = "block_size" not in source.options
     if args.block_size is not None and no_block_option and args.emit_config is None:
         return f"--block-size with --from {fmt} only sets block_size in --emit-config"
-    no_kv_option = "kv_bytes_per_chunk" not in reader.options
+    no_kv_option = "kv_bytes_per_chunk" not in source.options
     if args.kv_bytes_per_chunk is not None and no_kv_option and args.emit_config is None:
         return f"--kv-bytes-per-chunk with --from {fmt} only sets the spec size in --emit-config"
     if args.emit_config is not None and _same_path(args.emit_config, args.output):
@@ -167,6 +230,11 @@ def run(args: argparse.Namespace) -> int:
     problem = _option_error(args)
     if problem is not None:
         raise UsageError(problem)
+    converter_options = {
+        dest: getattr(args, dest)
+        for dest in CONVERTER_OPTIONS
+        if dest in get_source(args.source_format).options
+    }
     summary = convert_trace(
         args.source_format,
         args.input,
@@ -178,7 +246,10 @@ def run(args: argparse.Namespace) -> int:
         time_offset_ns=args.time_offset_ns,
         emit_config=args.emit_config,
         max_line_bytes=args.max_line_bytes,
+        **converter_options,
     )
+    for line in summary.details:
+        print(line, file=sys.stderr)
     if summary.note:
         print(summary.note, file=sys.stderr)
     print(summary.line(), file=sys.stderr)

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 from litehit_core import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
+from litehit_service.offline.convert_logs import convert_logs
+from litehit_service.offline.converters import CONVERTERS, Converter
 from litehit_service.offline.outputs import (
     atomic_outputs,
     byte_progress,
@@ -33,11 +35,11 @@ from litehit_service.offline.outputs import (
     run_line,
     tmp_path,
 )
+from litehit_service.offline.trace_writer import write_events
 from litehit_service.offline.traces import (
-    INT64_MAX,
     READERS,
     TraceEvent,
-    format_standard_event,
+    TraceReader,
     formats_of_line,
     get_reader,
     open_trace,
@@ -48,11 +50,13 @@ from litehit_service.offline.traces.mooncake import DEFAULT_BLOCK_SIZE as MOONCA
 from litehit_service.offline.traces.standard import DEFAULT_BLOCK_SIZE as STANDARD_BLOCK_SIZE
 from litehit_service.offline.traces.standard import READER as OUTPUT_READER
 
-FORMATS = tuple(name for name, reader in READERS.items() if reader is not OUTPUT_READER) + (
-    OUTPUT_READER.name,
+FORMATS = (
+    tuple(name for name, reader in READERS.items() if reader is not OUTPUT_READER)
+    + tuple(CONVERTERS)
+    + (OUTPUT_READER.name,)
 )
-"""``--from`` choices: the registered formats in registration order, the one convert writes
-(standard, :data:`OUTPUT_READER`) last."""
+"""``--from`` choices: the registered trace formats in registration order, then the log
+converters, the one convert writes (standard, :data:`OUTPUT_READER`) last."""
 DEFAULT_TIME_OFFSET_NS = 1_000_000
 """Added to every timestamp so a Mooncake trace (starting at 0 ms) becomes valid (> 0)."""
 DEFAULT_MOONCAKE_BLOCK_SIZE = MOONCAKE_BLOCK_SIZE
@@ -69,13 +73,15 @@ STARTER_CAPACITIES_GB = (16, 64, 256, 1024, 4096)
 
 @dataclass(frozen=True, slots=True)
 class ConvertSummary:
-    """What one conversion did; ``note`` is a warning for stderr (or empty)."""
+    """What one conversion did; ``note`` is a warning for stderr (or empty); ``details``
+    a converter's report (what it read, wrote and skipped), a line each."""
 
     events: int
     instances: int
     elapsed_s: float
     output: str
     note: str = ""
+    details: tuple[str, ...] = ()
 
     def line(self) -> str:
         """The one-line summary printed on stderr."""
@@ -83,32 +89,70 @@ class ConvertSummary:
         return run_line("convert", self.events, "events", parts, self.elapsed_s, self.output)
 
 
+def get_source(name: str) -> TraceReader | Converter:
+    """The trace reader or log converter named ``name`` (a ``--from`` value); ``ValueError``
+    naming the value and every known name otherwise. O(1)."""
+    converter = CONVERTERS.get(name) if type(name) is str else None
+    if converter is not None:
+        return converter
+    try:
+        return get_reader(name)
+    except ValueError:
+        known = ", ".join(map(repr, FORMATS))
+        raise ValueError(f"unknown input format {name!r}; known formats: {known}") from None
+
+
 def convert_trace(
     source_format: str,
-    input_path: str,
+    inputs: str | Sequence[str],
     output: str,
     *,
     block_size: int | None = None,
     instance_id: str | None = None,
     model: str | None = None,
     kv_bytes_per_chunk: int | None = None,
-    time_offset_ns: int = DEFAULT_TIME_OFFSET_NS,
+    time_offset_ns: int | None = None,
     emit_config: str | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    **converter_options: Any,
 ) -> ConvertSummary:
-    """Convert ``input_path`` (``source_format``: mooncake, lmcache or standard) into a
-    standard trace at ``output`` and, with ``emit_config``, a starter replay config; both
-    published atomically. Raises LocatedError naming the input line (also for a line
-    longer than ``max_line_bytes`` bytes). O(input size)."""
+    """Convert ``inputs`` (``source_format``: a trace reader's or a log converter's name;
+    a reader takes one input, a converter several files or directories) into a standard
+    trace at ``output`` and, with ``emit_config``, a starter replay config; both published
+    atomically. ``time_offset_ns`` defaults to the source's (1 ms for traces starting at 0,
+    0 for the publisher log's epoch times); ``converter_options`` go to the converter
+    (``instance_map``, ``emit``, ``reorder_window_ms``). Raises LocatedError naming the
+    input line (also for a line longer than ``max_line_bytes`` bytes). O(input size)."""
     started = time.perf_counter()
+    source = get_source(source_format)
+    paths = [inputs] if isinstance(inputs, str) else list(inputs)
+    if not isinstance(source, Converter) and len(paths) != 1:
+        raise ValueError(f"--from {source_format} takes one input, got {len(paths)}")
+    if time_offset_ns is None:
+        time_offset_ns = (
+            source.default_time_offset_ns if isinstance(source, Converter)
+            else DEFAULT_TIME_OFFSET_NS
+        )  # fmt: skip
     published = [output] + ([emit_config] if emit_config else [])
     tmp_paths = [tmp_path(path) for path in published]
+    details: list[str] = []
     try:
         with atomic_outputs(published):
-            count, instances, note = _convert(
-                source_format, input_path, output, block_size, instance_id, model,
-                kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
-            )  # fmt: skip
+            if isinstance(source, Converter):
+                count, instances, details = convert_logs(
+                    source, paths, tmp_paths[0], block_size=block_size,
+                    instance_id=instance_id, time_offset_ns=time_offset_ns,
+                    max_line_bytes=max_line_bytes, **converter_options,
+                )  # fmt: skip
+                note = _emit_config(
+                    emit_config, tmp_paths, output, instances,
+                    block_size or source.default_block_size or 0, {}, kv_bytes_per_chunk,
+                )  # fmt: skip
+            else:
+                count, instances, note = _convert(
+                    source_format, paths[0], output, block_size, instance_id, model,
+                    kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
+                )  # fmt: skip
     except LocatedError as exc:
         hinted = with_format_hint(exc, source_format, max_line_bytes)
         if hinted is exc:
@@ -118,7 +162,8 @@ def convert_trace(
         if exc.filename is not None and os.fspath(exc.filename) in tmp_paths:
             exc.filename = published[tmp_paths.index(os.fspath(exc.filename))]
         raise
-    return ConvertSummary(count, len(instances), time.perf_counter() - started, output, note)
+    elapsed = time.perf_counter() - started
+    return ConvertSummary(count, len(instances), elapsed, output, note, tuple(details))
 
 
 def with_format_hint(
@@ -130,8 +175,13 @@ def with_format_hint(
     O(bytes up to the line), on the error path only."""
     if not exc.path or exc.line_no < 1:
         return exc
-    found = formats_of_line(exc.path, exc.line_no, max_line_bytes=max_line_bytes)
-    names = [reader.name for reader in found]
+    found = formats_of_line(
+        exc.path,
+        exc.line_no,
+        max_line_bytes=max_line_bytes,
+        candidates=[*READERS.values(), *CONVERTERS.values()],
+    )
+    names = [source.name for source in found]
     if not names or source_format in names:
         return exc
     kind = " or ".join(names)
@@ -180,7 +230,7 @@ def _convert(
 
     with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
         if events is not None:  # read (LMCache: and sorted) already; a bar of events
-            count, instances = _write_events(
+            count, instances = write_events(
                 progress(events, "ev", total), out, time_offset_ns, input_path
             )
         else:  # a bar of the input's bytes
@@ -188,28 +238,45 @@ def _convert(
                 lines = trace_events(
                     fmt, input_path, block_size, instance_id or "default", max_line_bytes, advance
                 )
-                count, instances = _write_events(lines, out, time_offset_ns, input_path)
+                count, instances = write_events(lines, out, time_offset_ns, input_path)
     if count == 0:
         raise LocatedError(input_path, 0, "no events to convert")
 
-    note = ""
-    if emit_config:
-        if not sizes:
-            size = kv_bytes_per_chunk or PLACEHOLDER_BYTES_PER_TOKEN * block_size
-            sizes = dict.fromkeys(instances, size)
-            if kv_bytes_per_chunk is None:
-                note = (
-                    f"note: {emit_config}: location spec size {size} bytes per block is a "
-                    f"placeholder ({PLACEHOLDER_BYTES_PER_TOKEN} bytes per token x block_size "
-                    f"{block_size}, Llama-3.1-8B bf16); set your model's KV bytes per block "
-                    "(or pass --kv-bytes-per-chunk); until then, 'litehit curve "
-                    "--block-bytes-unknown' draws capacities in blocks"
-                )
-        config = starter_config(output, block_size, sizes)
-        with open(tmp_paths[1], "w", encoding="utf-8", newline="\n") as fh:
-            json.dump(config, fh, indent=2)
-            fh.write("\n")
+    note = _emit_config(emit_config, tmp_paths, output, instances, block_size, sizes,
+                        kv_bytes_per_chunk)  # fmt: skip
     return count, instances, note
+
+
+def _emit_config(
+    emit_config: str | None,
+    tmp_paths: list[str],
+    output: str,
+    instances: list[str],
+    block_size: int,
+    sizes: dict[str, int],
+    kv_bytes_per_chunk: int | None,
+) -> str:
+    """Write the starter config (when asked) to ``tmp_paths[1]``; returns the stderr note
+    about a placeholder KV size (or ``""``)."""
+    note = ""
+    if not emit_config:
+        return note
+    if not sizes:
+        size = kv_bytes_per_chunk or PLACEHOLDER_BYTES_PER_TOKEN * block_size
+        sizes = dict.fromkeys(instances, size)
+        if kv_bytes_per_chunk is None:
+            note = (
+                f"note: {emit_config}: location spec size {size} bytes per block is a "
+                f"placeholder ({PLACEHOLDER_BYTES_PER_TOKEN} bytes per token x block_size "
+                f"{block_size}, Llama-3.1-8B bf16); set your model's KV bytes per block "
+                "(or pass --kv-bytes-per-chunk); until then, 'litehit curve "
+                "--block-bytes-unknown' draws capacities in blocks"
+            )
+    config = starter_config(output, block_size, sizes)
+    with open(tmp_paths[1], "w", encoding="utf-8", newline="\n") as fh:
+        json.dump(config, fh, indent=2)
+        fh.write("\n")
+    return note
 
 
 def trace_events(
@@ -250,42 +317,6 @@ def _trace_events(
                 raise error
             line_no += len(lines)
             advance(sum(map(len, lines)))
-
-
-def _write_events(
-    events: Iterable[TraceEvent], out: TextIO, offset_ns: int, source: str
-) -> tuple[int, list[str]]:
-    """Write ``events`` as standard lines shifted by ``offset_ns``; returns (count, instance
-    ids in first-seen order). Rejects timestamps that end up <= 0, overflow int64 or go
-    backwards, naming the source line. O(total keys)."""
-    seen: dict[str, None] = {}
-    write = out.write
-    fmt = format_standard_event
-    count = 0
-    prev_ts = 0
-    prev_line = 0
-    for ev in events:
-        ts = ev.timestamp_ns + offset_ns
-        if ts < prev_ts:
-            raise LocatedError(
-                source,
-                ev.line_no,
-                f"timestamp goes backwards: {ev.timestamp_ns} ns is before the previous "
-                f"event's {prev_ts - offset_ns} ns (line {prev_line})",
-            )
-        if ts <= 0 or ts > INT64_MAX:
-            raise LocatedError(
-                source,
-                ev.line_no,
-                f"timestamp_ns {ev.timestamp_ns} + --time-offset-ns {offset_ns} = {ts} is "
-                "outside [1, 2**63-1]",
-            )
-        prev_ts, prev_line = ts, ev.line_no
-        if ev.instance_id not in seen:
-            seen[ev.instance_id] = None
-        write(fmt(ev, ts))
-        count += 1
-    return count, list(seen)
 
 
 def starter_config(trace_path: str, block_size: int, sizes: dict[str, int]) -> dict[str, Any]:

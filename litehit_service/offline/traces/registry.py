@@ -92,12 +92,17 @@ def detect_format(
 
 
 def formats_of_line(
-    path: str | os.PathLike[str], line_no: int, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-) -> tuple[TraceReader, ...]:
-    """The readers whose :meth:`~TraceReader.sniff` accepts line ``line_no`` (1-based) of the
-    file at ``path``, in registration order; ``()`` when that line cannot be read or is not a
-    JSON object (never raises for the file's content: meant for explaining another error).
-    O(bytes up to that line)."""
+    path: str | os.PathLike[str],
+    line_no: int,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    candidates: Sequence[Any] | None = None,
+) -> tuple[Any, ...]:
+    """The readers (or ``candidates``: any objects with a ``sniff(obj)``) whose sniff accepts
+    line ``line_no`` (1-based) of the file at ``path``, in order; ``()`` when that line
+    cannot be read or is not a JSON object (never raises for the file's content: meant for
+    explaining another error). O(bytes up to that line)."""
+    sniffers = tuple(READERS.values()) if candidates is None else tuple(candidates)
     p = os.fspath(path)
     if line_no < 1 or not os.path.isfile(p):
         return ()
@@ -108,7 +113,7 @@ def formats_of_line(
                     obj = decode_object(text, n, p)
                     if obj is None:
                         return ()
-                    return tuple(r for r in READERS.values() if r.sniff(obj))
+                    return tuple(r for r in sniffers if r.sniff(obj))
     except (LocatedError, OSError, ValueError):
         return ()
     return ()

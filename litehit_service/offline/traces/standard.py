@@ -199,24 +199,28 @@ def read_standard(
     return iter_events(os.fspath(path), parse_standard_line, max_line_bytes)
 
 
-def format_standard_event(event: TraceEvent, timestamp_ns: int | None = None) -> str:
+def format_standard_event(
+    event: TraceEvent, timestamp_ns: int | None = None, extra: str = ""
+) -> str:
     """One standard JSONL line (with ``"\\n"``) for ``event``.
 
     Compact JSON with keys in the order type, instance_id, trace_id, timestamp_ns, keys,
-    input_len (then block_mask and ttl_us when set) -- byte-identical to
+    input_len (then block_mask and ttl_us when set, then ``extra``: ``""`` or
+    ``',"name":value...'``, optional fields readers ignore) -- byte-identical to
     ``json.dumps(obj, separators=(",", ":"))`` of that dict.
     ``timestamp_ns`` overrides the event's timestamp. O(len(keys)).
     """
     ts = event.timestamp_ns if timestamp_ns is None else timestamp_ns
-    extra = ""
+    fields = ""
     if event.block_mask is not None:
-        extra += f',"block_mask":{json.dumps(event.block_mask, separators=(",", ":"))}'
+        fields += f',"block_mask":{json.dumps(event.block_mask, separators=(",", ":"))}'
     if event.ttl_us:
-        extra += f',"ttl_us":{event.ttl_us}'
+        fields += f',"ttl_us":{event.ttl_us}'
+    fields += extra
     return (
         f'{{"type":"{event.kind}","instance_id":{json.dumps(event.instance_id)},'
         f'"trace_id":{json.dumps(event.trace_id)},"timestamp_ns":{ts},'
-        f'"keys":[{",".join(map(str, event.keys))}],"input_len":{event.input_len}{extra}}}\n'
+        f'"keys":[{",".join(map(str, event.keys))}],"input_len":{event.input_len}{fields}}}\n'
     )
 
 
@@ -245,8 +249,9 @@ class StandardReader(TraceReader):
         return read_standard(path, max_line_bytes=max_line_bytes)
 
     def sniff(self, obj: Mapping[str, Any]) -> bool:
-        """A ``type`` and ``keys`` field."""
-        return "type" in obj and "keys" in obj
+        """A ``keys`` field and a ``type`` field that is a standard kind (a publisher
+        log's events have both fields with other types)."""
+        return "keys" in obj and obj.get("type") in EVENT_KINDS
 
     def line_parser(self, **options: Any) -> LineParser:
         """:func:`parse_standard_line` (no options)."""
