@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from litehit_core.prefix_chain import COMPILED_FROM, chain_keys
 from litehit_core.prefix_hash import apply_prefix_hash, prefix_hash_next
 
 INT64_MIN = -(1 << 63)
@@ -179,3 +180,15 @@ def test_same_raw_id_under_different_prefixes_gives_different_keys() -> None:
     b = apply_prefix_hash([1, 3, 7])
     assert a[0] == b[0]
     assert a[2] != b[2]
+
+
+@pytest.mark.parametrize(("raw", "expected"), GOLDEN_CHAINS)
+def test_compiled_chain_matches_golden_chains(raw: list[int], expected: list[int]) -> None:
+    long = raw * COMPILED_FROM  # through the compiled loop, not the short-input path
+    assert chain_keys(long)[: len(raw)] == expected
+    assert chain_keys(raw) == expected
+
+
+@given(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=80))
+def test_compiled_chain_is_apply_prefix_hash(raw: list[int]) -> None:
+    assert chain_keys(raw) == apply_prefix_hash(raw)

@@ -8,7 +8,7 @@ same prefix). Each line becomes a ``request`` of the one instance ``--instance``
 
 - ``timestamp_ns = round(timestamp x 1e9)`` (then the time offset, 1 ms by default, since
   the traces start at 0 s and a standard timestamp is > 0);
-- ``keys``: the prefix-chained hash (:func:`litehit_core.prefix_hash.apply_prefix_hash`) of
+- ``keys``: the prefix-chained hash (:func:`litehit_core.prefix_chain.chain_keys`) of
   the ids of the complete blocks, ``hash_ids[: input_length // 16]``; the id of a trailing
   partial block is dropped, its tokens stay in ``input_len = input_length``. A line with
   fewer ids than complete blocks keeps them all (counted: its tail is a miss);
@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from litehit_core.prefix_hash import apply_prefix_hash
 from litehit_service.offline.converters.base import Conversion, Converted, Converter
 from litehit_service.offline.converters.ordering import Stamped, time_ordered
 from litehit_service.offline.traces.jsonl import (
@@ -108,6 +107,8 @@ class BailianConversion(Conversion):
         self.counts: Counter[str] = Counter()
 
     def records(self) -> Iterator[Converted]:
+        from litehit_core.prefix_chain import chain_keys  # numba: only when converting
+
         stream = time_ordered(
             self.files, parse_line, window_ns=self.window_ns,
             max_line_bytes=self.max_line_bytes, advance=self.advance,
@@ -123,7 +124,7 @@ class BailianConversion(Conversion):
                 counts["lines with fewer hash_ids than complete blocks"] += 1
             elif len(hash_ids) > complete:
                 counts["partial-block ids dropped"] += len(hash_ids) - complete
-            keys = apply_prefix_hash(hash_ids[:complete])
+            keys = chain_keys(hash_ids[:complete])
             chat_id = chat.get("chat_id")
             trace_id = (
                 str(chat_id) if chat_id is not None

@@ -29,6 +29,8 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from orjson import dumps
+
 from litehit_core import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.offline.traces.jsonl import (
@@ -220,7 +222,7 @@ def format_standard_event(
     return (
         f'{{"type":"{event.kind}","instance_id":{json.dumps(event.instance_id)},'
         f'"trace_id":{json.dumps(event.trace_id)},"timestamp_ns":{ts},'
-        f'"keys":[{",".join(map(str, event.keys))}],"input_len":{event.input_len}{fields}}}\n'
+        f'"keys":{dumps(event.keys).decode()},"input_len":{event.input_len}{fields}}}\n'
     )
 
 
