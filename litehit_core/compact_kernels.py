@@ -98,13 +98,39 @@ def drop(meta, dead, fen, excess: np.int64) -> None:
 
 
 @njit(cache=True, nogil=True)
-def dedupe(keys, order) -> np.int64:
+def distinct_estimate(keys, bits) -> np.int64:
+    """About how many distinct values ``keys`` holds (linear counting over the
+    ``64 x len(bits)`` bits given, cleared; a power of two of at least 8 bits a key keeps
+    the error near 1 %); never more than ``len(keys)``. O(n)."""
+    n = keys.shape[0]
+    words = 1
+    while words * 2 <= bits.shape[0]:
+        words *= 2
+    m = words * 64
+    for j in range(n):
+        h = home_slot(keys[j], m - 1)
+        bits[h >> 6] |= np.uint64(1) << np.uint64(h & 63)
+    ones = np.int64(0)
+    for w in range(words):
+        ones += popcount(bits[w])
+    zeros = m - ones
+    if zeros == 0:
+        return n
+    estimate = np.int64(-m * np.log(zeros / m) * 1.02) + 64
+    return min(n, estimate)
+
+
+@njit(cache=True, nogil=True)
+def dedupe(keys, order, scratch) -> np.int64:
     """Keep the first occurrence of each key, in order, in place; returns the count. The
-    sorted copy costs O(n log n) and is skipped for n < 2."""
+    sorted copy (into ``scratch``: no allocation) costs O(n log n) and is skipped for
+    n < 2."""
     n = keys.shape[0]
     if n < 2:
         return n
-    srt = np.sort(keys)
+    srt = scratch[:n]
+    srt[:] = keys
+    srt.sort()
     for j in range(1, n):
         if srt[j] == srt[j - 1]:
             break
@@ -134,7 +160,7 @@ def request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, s
     if meta[TTL] > 0:
         expire(meta, dead, fen, ep_pos, ep_time, now)
         now = meta[NOW]
-    n = dedupe(keys, olds)
+    n = dedupe(keys, olds, slots)
     meta[N] = n
     pexp = meta[PEXP]
     t = meta[T]
@@ -200,7 +226,8 @@ def request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, s
         k = keys[j]
         kbp[q] = k
         if olds[j] == -1:
-            slots[j] = find(tv, kbp, k)  # earlier inserts may have taken the old slot
+            if tv[slots[j]] != 0:  # an earlier insert took the empty slot the read found
+                slots[j] = find(tv, kbp, k)
             meta[ENTRIES] += 1
         tv[slots[j]] = np.uint32(q + 1)
     meta[T] = t + n

@@ -86,6 +86,11 @@ def _curve(starts: list[int], lens: list[int]) -> tuple[HitCurveSegment, ...]:
     return tuple([new(HitCurveSegment, s) for s in zip(starts, lens, strict=True)])
 
 
+RESERVE_MAX = 1 << 22
+"""A batch sizes the position space and the table for up to this many of its blocks at
+once, ahead of its loop (instead of growing by doublings inside it)."""
+
+
 class CompactLiteHit:
     """Exact prefix-hit engine for an LRU of every capacity, in compact compiled arrays.
 
@@ -216,6 +221,8 @@ class CompactLiteHit:
         seg_offsets = np.zeros(requests + 1, np.int64)
         seg_start = np.empty(keys.shape[0], np.int64)
         seg_len = np.empty(keys.shape[0], np.int64)
+        if requests:
+            self._reserve(keys)
         r = 0
         while r >= 0 and r < requests:
             self._room(int(offsets[r + 1] - offsets[r]))
@@ -239,11 +246,32 @@ class CompactLiteHit:
             self._ep_pos = np.concatenate((self._ep_pos, np.zeros(nep, np.int64)))
             self._ep_time = np.concatenate((self._ep_time, np.zeros(nep, np.int64)))
 
-    def _compact(self, n: int) -> None:
-        """Renumber live markers to 0..L-1 and size the space to 2(L + n) + slack. The
+    def _reserve(self, keys: np.ndarray) -> None:
+        """Before a batch of ``keys`` (up to :data:`RESERVE_MAX` of them): a table for the
+        distinct ones (linear counting) and positions for all of them, up to twice the
+        distinct ones, so a batch on an engine growing from empty neither rebuilds its
+        table nor (unless keys repeat a lot) compacts inside the loop. What it reserves
+        stays within the bounds the engine grows to anyway. O(len(keys)) plus one resize."""
+        n = min(keys.shape[0], RESERVE_MAX)
+        bits = np.zeros(max(n, 64) // 8 + 8, np.uint64)
+        distinct = int(ck.distinct_estimate(keys[:n], bits))
+        room = min(n, 2 * distinct)
+        meta = self._meta
+        entries = int(meta[ck.LIVE]) + distinct
+        if meta[ck.T] + room > meta[ck.CAP]:
+            # a small engine takes exactly the batch's room; a larger one grows as usual
+            spare = 1 if meta[ck.LIVE] < room else 2
+            self._compact(room, spare=spare, entries=entries)
+        elif (meta[ck.ENTRIES] + distinct) * ck.MAX_LOAD_DEN > self._tv.shape[0] * ck.MAX_LOAD_NUM:
+            self._rebuild(entries)
+
+    def _compact(self, n: int, spare: int = 2, entries: int | None = None) -> None:
+        """Renumber live markers to 0..L-1 and size the space to ``spare`` (L + n) + slack
+        (2: room to grow; 1: a batch that reserved what it needs). The
         table is remapped in place when it holds exactly the live keys (no TTL or limit has
         moved the boundary: every unbounded engine), else rebuilt, and rebuilt larger when
-        ``n`` more keys would pass its load. O(U + S)."""
+        ``n`` more keys (``entries`` keys in all, when given) would pass its load.
+        O(U + S)."""
         meta = self._meta
         remapped = meta[ck.PEXP] == 0 and meta[ck.ENTRIES] == meta[ck.LIVE]
         if remapped:
@@ -254,14 +282,15 @@ class CompactLiteHit:
             raise InvalidRequestError(
                 f"a CompactLiteHit tracks at most {ck.MAX_POSITIONS // 2} blocks, needs {need}"
             )
-        size = ((2 * need + ck.SLACK) | 63) + 1
-        if 2 * need > meta[ck.CAP] or 4 * need + ck.SLACK < meta[ck.CAP]:
+        size = ((spare * need + ck.SLACK) | 63) + 1
+        if spare * need > meta[ck.CAP] or 4 * need + ck.SLACK < meta[ck.CAP]:
             self._positions(size)
         else:
             self._dead.fill(0)
             self._fen.fill(0)
-        if not remapped or need * ck.MAX_LOAD_DEN > self._tv.shape[0] * ck.MAX_LOAD_NUM:
-            self._rebuild(need)
+        keys = need if entries is None else entries
+        if not remapped or keys * ck.MAX_LOAD_DEN > self._tv.shape[0] * ck.MAX_LOAD_NUM:
+            self._rebuild(keys)
 
     def _rebuild(self, entries: int) -> None:
         """A fresh table for ``entries`` keys (load <= 0.5) filled from the live positions;

@@ -21,6 +21,7 @@ from oracle import NaiveLRU, tree_trace
 from test_lite_hit import assert_states_equal
 
 from litehit_core import InvalidRequestError, LiteHit, project_blocks, project_infinite
+from litehit_core import compact_kernels as ck
 from litehit_core.compact_kernels import CAP, MAX_LOAD_DEN, MAX_LOAD_NUM, SLACK, T
 from litehit_core.compact_lite_hit import BatchFacts, CompactLiteHit
 
@@ -266,3 +267,16 @@ def test_tree_traces_through_both_paths():
     python = LiteHit()
     expected = [python.process_request(k) for k in trace]
     assert CompactLiteHit().process_batch(*batch_of(trace, times)).facts() == expected
+
+
+@pytest.mark.parametrize(("n", "distinct"), [(1, 1), (300, 7), (50_000, 50_000), (200_000, 31_000)])
+def test_distinct_estimate_is_close_and_never_above_the_count(n: int, distinct: int) -> None:
+    """The batch's table is sized from this estimate (linear counting): within 5 % + 64 of
+    the true count and at most the number of keys."""
+    rng = np.random.default_rng(n)
+    keys = rng.permutation(np.arange(n) % distinct).astype(np.int64) * 7919 - 10**12
+    bits = np.zeros(max(n, 64) // 8 + 8, np.uint64)
+    estimate = int(ck.distinct_estimate(keys, bits))
+    true = len(np.unique(keys))
+    assert estimate <= n
+    assert abs(estimate - true) <= 0.05 * true + 64
