@@ -80,6 +80,10 @@ def write_lmcache_log(
     """
     if type(chunk_size) is not int or chunk_size <= 0:
         raise ValueError(f"chunk_size must be an integer > 0, got {chunk_size!r}")
+    if isinstance(requests, (str, os.PathLike)):  # (trace, out) swapped would truncate the trace
+        raise TypeError(f"requests must be the requests, got the path {requests!r}")
+    if os.path.abspath(path).startswith(os.path.abspath(SHARED)):
+        raise ValueError(f"refusing to write into the shared folder: {path}")
     shapes = [lmcache_shape(bytes_per_chunk, chunk_size)]
     n_lines = 0
     with open(path, "w", encoding="utf-8") as out:

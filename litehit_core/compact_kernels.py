@@ -69,7 +69,7 @@ def expire(meta, dead, fen, ep_pos, ep_time, now: np.int64) -> None:
         now = meta[NOW]
     meta[NOW] = now
     nep = meta[NEP]
-    i = np.searchsorted(ep_time[:nep], now - meta[TTL], side="right")
+    i = first_after(ep_time, nep, now - meta[TTL])
     advance(meta, dead, fen, ep_pos[i] if i < nep else meta[T], False)
 
 
@@ -121,38 +121,54 @@ def distinct_estimate(keys, bits) -> np.int64:
 
 
 @njit(cache=True, nogil=True)
-def dedupe(keys, order, scratch) -> np.int64:
-    """Keep the first occurrence of each key, in order, in place; returns the count. The
-    sorted copy (into ``scratch``: no allocation) costs O(n log n) and is skipped for
-    n < 2."""
+def dedupe(keys, table) -> np.int64:
+    """Keep the first occurrence of each key, in order, in place; returns the count.
+    ``table`` (at least twice ``len(keys)`` slots, rounded up to a power of two) is scratch
+    for a small open-addressing set of the kept keys' new positions + 1. O(n) expected;
+    no sorting (whose library code would cost seconds of compilation)."""
     n = keys.shape[0]
     if n < 2:
         return n
-    srt = scratch[:n]
-    srt[:] = keys
-    srt.sort()
-    for j in range(1, n):
-        if srt[j] == srt[j - 1]:
-            break
-    else:
-        return n
-    idx = np.argsort(keys, kind="mergesort")  # stable: the first occurrence leads
-    keep = order[:n]
-    keep[:] = 1
-    for j in range(1, n):
-        if keys[idx[j]] == keys[idx[j - 1]]:
-            keep[idx[j]] = 0
+    size = 4
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    table[:size] = 0
     w = 0
     for j in range(n):
-        if keep[j]:
-            keys[w] = keys[j]
-            w += 1
+        key = keys[j]
+        i = home_slot(key, mask)
+        while True:
+            v = table[i]
+            if v == 0:
+                keys[w] = key
+                w += 1
+                table[i] = w
+                break
+            if keys[v - 1] == key:
+                break
+            i = (i + 1) & mask
     return w
 
 
+@njit(cache=True, nogil=True, inline="always")
+def first_after(values, n: np.int64, x: np.int64) -> np.int64:
+    """The first index i < n with ``values[i] > x`` (``n`` if none); ``values[:n]`` sorted.
+    O(log n)."""
+    lo = np.int64(0)
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(cache=True, nogil=True)
-def request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, seg_start,
-             seg_len) -> np.int64:  # fmt: skip
+def request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, table,
+            seg_start, seg_len) -> np.int64:  # fmt: skip
     """Replay one request (``keys`` head first, deduplicated in place; its length is left
     in ``meta[N]``): read depths on the snapshot, write the hit curve's segments to
     ``seg_start``/``seg_len`` (returns how many), then touch the blocks tail first.
@@ -160,7 +176,7 @@ def request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, s
     if meta[TTL] > 0:
         expire(meta, dead, fen, ep_pos, ep_time, now)
         now = meta[NOW]
-    n = dedupe(keys, olds, slots)
+    n = dedupe(keys, table)
     meta[N] = n
     pexp = meta[PEXP]
     t = meta[T]
@@ -246,7 +262,7 @@ def request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, now, olds, slots, s
 
 @njit(cache=True, nogil=True)
 def batch(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, offsets, times, first, olds, slots,
-           totals, uniques, seg_offsets, seg_start, seg_len) -> np.int64:  # fmt: skip
+          table, totals, uniques, seg_offsets, seg_start, seg_len) -> np.int64:  # fmt: skip
     """:func:`request` for requests ``first, first + 1, ...`` (request r is
     ``keys[offsets[r]:offsets[r + 1]]`` at ``times[r]``): its deduplicated length goes to
     ``totals[r]``, the blocks tracked after it to ``uniques[r]``, its segments to
@@ -268,7 +284,7 @@ def batch(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys, offsets, times, first
             return r
         at = seg_offsets[r]
         nseg = request(meta, tv, kbp, dead, fen, ep_pos, ep_time, keys[a:b], times[r], olds,
-                        slots, seg_start[at:], seg_len[at:])  # fmt: skip
+                       slots, table, seg_start[at:], seg_len[at:])  # fmt: skip
         totals[r] = meta[N]
         uniques[r] = meta[LIVE]
         seg_offsets[r + 1] = at + nseg

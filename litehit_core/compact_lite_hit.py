@@ -101,7 +101,7 @@ class CompactLiteHit:
     """
 
     __slots__ = ("_meta", "_tv", "_kbp", "_dead", "_fen", "_ep_pos", "_ep_time", "_olds",
-                 "_slots", "_seg_start", "_seg_len")  # fmt: skip
+                 "_slots", "_table", "_seg_start", "_seg_len")  # fmt: skip
 
     def __init__(self, ttl_ns: int = 0, max_tracked_blocks: int = 0) -> None:
         check_lru_parameters(ttl_ns, max_tracked_blocks)
@@ -137,6 +137,10 @@ class CompactLiteHit:
     def _scratch(self, n: int) -> None:
         self._olds = np.empty(n, np.int64)
         self._slots = np.empty(n, np.int64)
+        size = 4
+        while size < 2 * n:
+            size *= 2
+        self._table = np.empty(size, np.int64)  # dedupe's set: twice n, a power of two
         self._seg_start = np.empty(n, np.int64)
         self._seg_len = np.empty(n, np.int64)
 
@@ -189,8 +193,8 @@ class CompactLiteHit:
             raise InvalidRequestError("block_keys must be a sequence of int64 integers")
         self._room(n)
         nseg = ck.request(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
-                        self._ep_time, keys, now_ns, self._olds, self._slots, self._seg_start,
-                        self._seg_len)  # fmt: skip
+                        self._ep_time, keys, now_ns, self._olds, self._slots, self._table,
+                        self._seg_start, self._seg_len)  # fmt: skip
         if not nseg:
             return RequestFact((), int(self._meta[ck.N]))
         return RequestFact(
@@ -227,8 +231,8 @@ class CompactLiteHit:
         while r >= 0 and r < requests:
             self._room(int(offsets[r + 1] - offsets[r]))
             r = ck.batch(self._meta, self._tv, self._kbp, self._dead, self._fen, self._ep_pos,
-                       self._ep_time, keys, offsets, times, r, self._olds, self._slots, totals,
-                       uniques, seg_offsets, seg_start, seg_len)  # fmt: skip
+                       self._ep_time, keys, offsets, times, r, self._olds, self._slots,
+                       self._table, totals, uniques, seg_offsets, seg_start, seg_len)  # fmt: skip
         return BatchFacts(totals, uniques, seg_offsets, seg_start, seg_len)
 
     def _room(self, n: int) -> None:

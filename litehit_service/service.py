@@ -344,8 +344,12 @@ def serve(
     try:
         options = admin_guard(config, grpc_host, data_dir, created)
         tune_allocator()
-        kernels = hybrid.warm_up() + compact_lite_hit.warm_up()
-        log.info("compiled engine kernels ready in %.2f s", kernels)
+        log.info(
+            "loading the compiled engine kernels (compiled on the first start after an "
+            "install, a few seconds; loaded from numba's cache afterwards)"
+        )
+        kernels = compact_lite_hit.warm_up()
+        log.info("compiled engine kernels ready in %.2f s (full attention)", kernels)
         registry = Registry(registry_path)
         manager = OnlineOptimizerManager(
             registry,
@@ -383,6 +387,7 @@ def serve(
             lambda: save_counters(data_dir, metrics.error_counts()),
         ).start()
         started = True
+        _warm_in_background("hybrid (linear/Mamba)", hybrid.warm_up)
         print(
             f"litehit serving grpc={format_address(grpc_host, server.port)} "
             f"metrics={format_address(metrics_host, bound_metrics)} "
@@ -529,6 +534,26 @@ def _install_signal_handlers(stop: threading.Event, received: list[int]) -> dict
         received.append(signum)
 
     return {sig: signal.signal(sig, handler) for sig in _SIGNALS}
+
+
+def _warm_in_background(what: str, warm_up: Callable[[], float]) -> threading.Thread:
+    """Compile (or load) an engine's kernels on a daemon thread once the server serves, so
+    the first start after an install is not held up by engines few instances use; a query
+    of such an instance meanwhile waits for numba's compiler lock, never answers
+    differently. Logged when done (or failed: the engine then compiles on first use)."""
+
+    def run() -> None:
+        try:
+            seconds = warm_up()
+        except Exception:  # noqa: BLE001 - logged; the first use compiles instead
+            log.exception("compiling the %s engine kernels in the background failed", what)
+        else:
+            log.info("compiled engine kernels ready in %.2f s (%s, in the background)",
+                     seconds, what)  # fmt: skip
+
+    thread = threading.Thread(target=run, name=f"warm-{what.split()[0]}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _wait_for_stop(stop: threading.Event, received: list[int]) -> None:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from conftest import GIB, scrape
+from oracle import NaiveHybridLRU
 from serve_process import ServeProcess
+from test_hybrid_service import hybrid_reg
 
 from litehit_service.client import OptimizerClient
 from litehit_service.errors import InstanceNotExist
@@ -94,6 +96,28 @@ def test_first_start_says_there_was_nothing_to_restore(tmp_path: Path, serve) ->
     server = stopped(serve("--data-dir", str(tmp_path / "d")))
     (line,) = restore_lines(server)
     assert "INFO" in line and "nothing to restore (first start with this data dir)" in line
+
+
+def test_start_loads_full_attention_kernels_first_and_hybrid_ones_in_the_background(
+    tmp_path: Path, serve
+) -> None:
+    """The start waits only for the kernels most instances use; the hybrid engine's are
+    loaded (compiled after an install) on a thread once the server serves, and a hybrid
+    instance registered meanwhile answers as ever."""
+    server = serve("--data-dir", str(tmp_path / "d"))
+    with OptimizerClient(server.grpc) as c:
+        c.create_instance_group(group())
+        c.register_instance(hybrid_reg("h"))
+        oracles = [NaiveHybridLRU(capacity, 1024, 2048, 2) for capacity in (1024, 4096)]
+        for keys in ([1, 2, 3], [1, 2, 3], [1, 2, 4]):
+            answer = c.trace_query("h", keys, 12)
+            hits = [r.cache_hit_count for r in answer.capacity_results]
+            assert hits == [o.request(keys) for o in oracles]
+    wait_for(lambda: "(hybrid (linear/Mamba), in the background)" in server.stderr(), "warm")
+    lines = [line for line in stopped(server).stderr().splitlines() if "kernels" in line]
+    assert "loading the compiled engine kernels" in lines[0]
+    assert "compiled engine kernels ready in" in lines[1] and "(full attention)" in lines[1]
+    assert any("(hybrid (linear/Mamba), in the background)" in line for line in lines[2:])
 
 
 def test_graceful_restart_logs_a_clean_restore_with_the_instance_count(
