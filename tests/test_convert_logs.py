@@ -484,3 +484,32 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     assert re.search(r"\rconvert:\s+0%\|\s*\| 0\.00/\S+ \[00:00<\?, \?B/s\]", tty_err), tty_err
     assert "convert: 20000 events, 1 instances, " in tty_err
     assert len(converted(out)) == 20000
+
+
+def test_emit_config_for_a_converted_log(tmp_path: Path, capsys) -> None:
+    log = write(tmp_path / "p.log", [get("a", 10, [1, 2]), get("b", 20, [1])])
+    out, cfg = tmp_path / "t.jsonl", tmp_path / "c.json"
+    base = ["convert", "--from", "publisher-log", str(log), "-o", str(out), "--block-size", "16",
+            "--emit-config", str(cfg)]  # fmt: skip
+    assert main(base) == 0
+    config = json.loads(cfg.read_text())
+    assert config["block_size"] == 16
+    assert [(i["instance_id"], i["block_size"]) for i in config["instances"]] == [
+        ("a", 16),
+        ("b", 16),
+    ]
+    imap = tmp_path / "m.json"
+    imap.write_text(json.dumps({"b": {"block_size": 32}}))
+    cfg.unlink()
+    out.unlink()
+    capsys.readouterr()
+    assert main([*base, "--instance-map", str(imap)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "p.log:0: --emit-config needs one block size but the instances have a=16, b=32 "
+            "(--block-size 16); convert them separately"
+        )
+    )
+    assert not out.exists() and not cfg.exists()

@@ -139,15 +139,21 @@ def convert_trace(
     try:
         with atomic_outputs(published):
             if isinstance(source, Converter):
-                count, instances, details = convert_logs(
+                count, instances, details, sizes = convert_logs(
                     source, paths, tmp_paths[0], block_size=block_size,
                     instance_id=instance_id, time_offset_ns=time_offset_ns,
                     max_line_bytes=max_line_bytes, **converter_options,
                 )  # fmt: skip
-                note = _emit_config(
-                    emit_config, tmp_paths, output, instances,
-                    block_size or source.default_block_size or 0, {}, kv_bytes_per_chunk,
-                )  # fmt: skip
+                size = block_size or source.default_block_size or 0
+                if emit_config and set(sizes.values()) - {size}:
+                    listing = ", ".join(f"{name}={n}" for name, n in sorted(sizes.items()))
+                    raise LocatedError(
+                        paths[0], 0,
+                        f"--emit-config needs one block size but the instances have {listing} "
+                        f"(--block-size {size}); convert them separately",
+                    )  # fmt: skip
+                note = _emit_config(emit_config, tmp_paths, output, instances, size, {},
+                                    kv_bytes_per_chunk)  # fmt: skip
             else:
                 count, instances, note = _convert(
                     source_format, paths[0], output, block_size, instance_id, model,

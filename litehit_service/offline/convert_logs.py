@@ -34,9 +34,10 @@ def convert_logs(
     time_offset_ns: int,
     max_line_bytes: int,
     **options: Any,
-) -> tuple[int, list[str], list[str]]:
+) -> tuple[int, list[str], list[str], dict[str, int]]:
     """Convert ``inputs`` (files or directories) with ``converter`` into the standard trace
-    ``tmp_output``; returns (records written, instance ids, the converter's report lines).
+    ``tmp_output``; returns (records written, instance ids, the converter's report lines,
+    each instance's tokens per key when they differ from ``block_size``'s).
     ``options`` (``instance_map``, ``emit``, ``reorder_window_ms``; ``None`` = the
     converter's default) go to :meth:`Converter.open` with ``block_size`` and
     ``instance_id`` when it takes them. LocatedError at the first bad line."""
@@ -68,4 +69,4 @@ def convert_logs(
         instances += [name for name in more if name not in instances]
     if count == 0:
         raise LocatedError(inputs[0], 0, "no events to convert")
-    return count, instances, conversion.report()
+    return count, instances, conversion.report(), conversion.block_sizes()

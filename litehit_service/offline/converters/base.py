@@ -49,6 +49,11 @@ class Conversion:
         """After the run: what was read, written and skipped, one line each (for stderr)."""
         return []
 
+    def block_sizes(self) -> dict[str, int]:
+        """After the run: tokens per key of each instance written (a starter config needs
+        one); empty when every instance has the converter's block size."""
+        return {}
+
 
 class Converter:
     """One log format to convert: its name (``--from``), the options it takes, its defaults.

@@ -298,6 +298,13 @@ class PublisherConversion(Conversion):
                 late.append(record)
         return late
 
+    def block_sizes(self) -> dict[str, int]:
+        return {
+            route.instance: route.block_size
+            for route in self.routes.values()
+            if route.instance is not None and route.instance in self.per_instance
+        }
+
     def report(self) -> list[str]:
         read = ", ".join(f"{kind} {n}" for kind, n in sorted(self.read.items()))
         lines = [f"publisher-log: read {sum(self.read.values())} events ({read or 'none'})"]
