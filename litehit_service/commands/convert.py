@@ -1,12 +1,16 @@
-"""``litehit convert``: turn a Mooncake, LMCache or standard trace into standard trace JSONL.
+"""``litehit convert``: turn a Mooncake, LMCache or standard trace, a KVCacheManager
+event-publisher log or Qwen Bailian usage traces into standard trace JSONL.
 
 The output has one compact JSON object per event, keys in the order ``type, instance_id,
 trace_id, timestamp_ns, keys, input_len`` (see
 :func:`litehit_service.offline.traces.standard.format_standard_event`).
-Every timestamp is shifted by ``--time-offset-ns`` (default 1,000,000 ns = 1 ms) because
-the standard format needs ``timestamp_ns > 0`` while Mooncake traces start at 0 ms; pass
+Every timestamp is shifted by ``--time-offset-ns`` (default 1,000,000 ns = 1 ms; 0 for a
+publisher log, whose times are epoch microseconds) because the standard format needs
+``timestamp_ns > 0`` while Mooncake and Bailian traces start at 0; pass
 ``--time-offset-ns 0`` to keep timestamps unchanged. Output timestamps must not go
-backwards (a replay would reject the file).
+backwards (a replay would reject the file). The log converters
+(:mod:`litehit_service.offline.converters`) take several inputs, merged in time order, and
+print what they read, wrote and skipped before the summary.
 
 All or nothing: the output (and the optional ``--emit-config`` file) is written to
 ``<path>.<pid>.tmp`` and renamed only when the whole input converted; on any error nothing is

@@ -1,11 +1,13 @@
-"""``litehit convert``'s work: a Mooncake, LMCache or standard trace as standard trace JSONL.
+"""``litehit convert``'s work: a Mooncake, LMCache or standard trace (a trace reader) or a
+publisher log or Bailian trace (a log converter, :mod:`~litehit_service.offline.convert_logs`)
+as standard trace JSONL.
 
 The output has one compact JSON object per event, keys in the order ``type, instance_id,
 trace_id, timestamp_ns, keys, input_len`` (see
 :func:`litehit_service.offline.traces.format_standard_event`). Every timestamp is shifted
-by ``time_offset_ns`` (default 1 ms) because the standard format needs ``timestamp_ns > 0``
-while Mooncake traces start at 0 ms. Output timestamps must not go backwards (a replay
-would reject the file).
+by ``time_offset_ns`` (default: the source's, 1 ms for traces starting at 0) because the
+standard format needs ``timestamp_ns > 0`` while Mooncake traces start at 0 ms. Output
+timestamps must not go backwards (a replay would reject the file).
 
 All or nothing: the output (and the optional starter config) is written to ``<path>.<pid>.tmp``
 and renamed only when the whole input converted. When stderr is a terminal a progress bar
