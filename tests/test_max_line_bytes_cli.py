@@ -180,7 +180,7 @@ def test_curve_accepts_a_line_of_exactly_the_limit(
 # ----------------------------------------------------------------------------- usage
 
 
-@pytest.mark.parametrize("command", ["replay", "convert", "query", "curve"])
+@pytest.mark.parametrize("command", ["replay", "convert", "query", "curve", "gen-dataset"])
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5", ""])
 def test_a_bad_limit_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], command: str, value: str
@@ -190,6 +190,7 @@ def test_a_bad_limit_is_a_usage_error(
         "convert": ["convert", "--from", "standard", "in", "-o", "out"],
         "query": ["query", "f.csv", "--capacity-gb", "1"],
         "curve": ["curve", "f.csv", "--no-png"],
+        "gen-dataset": ["gen-dataset", "-i", "in", "--tokenizer", "tok"],
     }[command]
     with pytest.raises(SystemExit) as info:
         main([*argv, "--max-line-bytes", value])

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "convert",
     "simulate",
     "sweep",
+    "gen_dataset",
     "optimize",
     "tradeoff",
     "export_tree",
