@@ -65,7 +65,7 @@ from litehit_service.offline.outputs import (
     atomic_outputs,
     byte_progress,
     file_size,
-    make_dirs,
+    new_dirs,
     progress_bar,
 )
 from litehit_service.offline.tokenizer import (
@@ -223,18 +223,13 @@ def gen_dataset(
     if joined:
         vocabulary.use_texts(texts)
     prompts = Prompts(vocabulary, index.chunk_size, joined)
-    created = make_dirs([os.path.dirname(os.path.abspath(out))])
-    try:
-        with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8", newline="") as fh:
-            with progress_bar(len(order), "requests", "gen-dataset") as advance:
-                tokens = _write(index.requests(order), tok, prompts, output_len, fh, advance)
-    except BaseException:
-        for folder in reversed(created):
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass
-        raise
+    with (
+        new_dirs([os.path.dirname(os.path.abspath(out))]),
+        atomic_outputs([out]) as (tmp,),
+        open(tmp, "w", encoding="utf-8", newline="") as fh,
+        progress_bar(len(order), "requests", "gen-dataset") as advance,
+    ):
+        tokens = _write(index.requests(order), tok, prompts, output_len, fh, advance)
     return GenDatasetSummary(
         prompts=len(order),
         tokens=tokens,

@@ -65,14 +65,22 @@ def publish_files(
     ``out_dir``, creating folders as needed, all or nothing: on any error the temporaries
     and the folders this call created are removed. The paths written. O(bytes)."""
     paths = [os.path.join(out_dir, name) for name, _ in [*texts, *figures]]
-    created = make_dirs([os.path.dirname(p) for p in paths])
+    with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
+        for tmp, (_, text) in zip(tmps, texts, strict=False):
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        for tmp, (_, figure) in zip(tmps[len(texts) :], figures, strict=True):
+            figure.savefig(tmp, format="png", dpi=dpi)
+    return paths
+
+
+@contextmanager
+def new_dirs(folders: Sequence[str]) -> Iterator[list[str]]:
+    """Create the missing ``folders`` (:func:`make_dirs`) for the block; if it raises,
+    remove those it created (while empty) and re-raise. Yields the created ones."""
+    created = make_dirs(folders)
     try:
-        with atomic_outputs(paths) as tmps:
-            for tmp, (_, text) in zip(tmps, texts, strict=False):
-                with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                    fh.write(text)
-            for tmp, (_, figure) in zip(tmps[len(texts) :], figures, strict=True):
-                figure.savefig(tmp, format="png", dpi=dpi)
+        yield created
     except BaseException:
         for folder in reversed(created):
             try:
@@ -80,7 +88,6 @@ def publish_files(
             except OSError:
                 pass
         raise
-    return paths
 
 
 def make_dirs(folders: Sequence[str]) -> list[str]:
