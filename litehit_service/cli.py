@@ -23,6 +23,7 @@ import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from litehit_core import InvalidRequestError, LocatedError
 from litehit_service.commands import COMMAND_MODULES, CommandFailed, UsageError, rpc_detail
@@ -54,16 +55,37 @@ def version_text(distribution: str = "litehit") -> str:
         return "litehit unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand of :data:`COMMAND_MODULES` registered;
-    ``--version`` prints :func:`version_text` on stdout and exits 0."""
+class _VersionAction(argparse.Action):
+    """``--version``: prints :func:`version_text` (read from the metadata only when asked)
+    on stdout and exits 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def command_module(name: str) -> str | None:
+    """The module of :data:`COMMAND_MODULES` that registers the subcommand ``name``
+    (``gen-dataset`` -> ``gen_dataset``), or None for no subcommand."""
+    module = name.replace("-", "_")
+    return module if module in COMMAND_MODULES and "_" not in name else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand of :data:`COMMAND_MODULES` registered,
+    or only the one of module ``only`` (what :func:`main` builds for a command line that
+    names its subcommand first: a command imports nothing of the others). ``--version``
+    prints :func:`version_text` on stdout and exits 0."""
     parser = argparse.ArgumentParser(
         prog="litehit",
         description="Exact prefix KV-cache hit rates for an LRU of every capacity.",
     )
-    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if only is None else (only,):
         importlib.import_module(f"litehit_service.commands.{name}").register(sub)
     return parser
 
@@ -109,7 +131,8 @@ def _expected(exc: BaseException) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(command_module(argv[0]) if argv else None).parse_args(argv)
     try:
         with _sigterm_raises():
             return int(args.func(args) or EXIT_OK)

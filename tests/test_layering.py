@@ -6,6 +6,7 @@ exported, and full-attention commands never load numba."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import litehit_core
+from litehit_service.cli import build_parser, command_module
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "litehit_core"
@@ -109,3 +111,49 @@ def test_full_attention_commands_do_not_import_numba(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == ["False", "HybridLRU True"]
+
+
+def _choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return parser._subparsers._group_actions[0].choices  # noqa: SLF001
+
+
+def test_a_command_line_builds_only_its_own_subcommand() -> None:
+    """``main`` builds the parser of the named subcommand only (a command imports nothing of
+    the others): for every subcommand of the full parser, the one-command parser knows it
+    and gives it the very same help; an unknown or missing name gets the full parser."""
+    full = _choices(build_parser())
+    for name, subparser in full.items():
+        module = command_module(name)
+        assert module is not None, name
+        only = _choices(build_parser(module))
+        assert list(only) == [name]
+        assert only[name].format_help() == subparser.format_help()
+    assert [command_module(n) for n in ("nosuch", "gen_dataset", "-h", "--version")] == [None] * 4
+
+
+def test_a_command_imports_no_other_command(tmp_path: Path) -> None:
+    """``litehit sweep --help`` in a fresh interpreter loads the sweep command (and the
+    simulate command it builds on) and no other command module, nor grpc, numba or
+    matplotlib; ``--version`` still answers."""
+    code = (
+        "import sys\n"
+        "from litehit_service.cli import main\n"
+        "try:\n"
+        "    main(['sweep', '--help'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith('litehit_service.commands.')))\n"
+        "print([m for m in ('grpc', 'numba', 'matplotlib') if m in sys.modules])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [
+        "['litehit_service.commands.simulate', 'litehit_service.commands.sweep']",
+        "[]",
+    ]
+    argv = [sys.executable, "-m", "litehit_service", "--version"]
+    version = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120, check=False)  # fmt: skip
+    assert version.returncode == 0 and version.stdout.startswith("litehit "), version
