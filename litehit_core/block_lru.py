@@ -26,7 +26,6 @@ block, is a miss that inserts, so evictions = such touches - final occupancy).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
@@ -34,27 +33,13 @@ from litehit_core.errors import InvalidRequestError
 from litehit_core.hybrid import HybridLRU
 from litehit_core.kernels import distinct_keys
 from litehit_core.model import TOUCH_ORDERS, RequestFact
+from litehit_core.staircases import BatchResult
 from litehit_core.state import EngineState
 
 __all__ = ["TOUCH_ORDERS", "TOUCH_ORDER_MODELS", "BatchResult", "BlockLRU"]
 
 TOUCH_ORDER_MODELS = {"tail-first": "lru-tail-first", "head-first": "lru-head-first"}
 """The model name the states of an engine of each touch order carry."""
-
-
-class BatchResult(NamedTuple):
-    """What :meth:`BlockLRU.process_batch` returns; every array but ``counts`` spans the
-    requests' keys (``offsets`` as given). Request r's staircase is ``thr[a:a + c]``,
-    ``hits[a:a + c]`` for ``a = offsets[r]``, ``c = counts[r]``; ``depths[a:b]`` holds the
-    snapshot depth of each cached prefix block and -1 after the prefix; ``touches[a:b]``
-    each touch's depth in touch order (-1: the block was not tracked)."""
-
-    offsets: np.ndarray
-    thr: np.ndarray
-    hits: np.ndarray
-    counts: np.ndarray
-    depths: np.ndarray
-    touches: np.ndarray
 
 
 class BlockLRU(HybridLRU):

@@ -36,8 +36,10 @@ from litehit_core.model import TOUCH_ORDERS, FactModel, RequestFact, check_lru_p
 from litehit_core.state import EngineState
 
 if TYPE_CHECKING:
-    from litehit_core.block_lru import BlockLRU
+    import numpy as np
+
     from litehit_core.compact_lite_hit import CompactLiteHit
+    from litehit_core.staircases import StaircaseEngine
 
 LRU_ENGINES = ("python", "compact")
 """The implementations of model ``"lru"`` (:attr:`EngineSpec.lru_engine`)."""
@@ -67,15 +69,18 @@ __all__ = [
     "EVICTION_POLICIES",
     "FACT_MODELS",
     "AUTO_COMPACT_BYTES",
+    "AUTO_STAIRCASE_KEYS",
     "LRU_ENGINES",
     "MODELS",
     "EngineModel",
     "EngineSpec",
     "EngineState",
     "POLICIES",
+    "STAIRCASE_ENGINES",
     "PolicyModel",
     "ReplayEngine",
     "auto_lru_engine",
+    "check_staircase_engine",
     "create_engine",
     "model_for",
     "policy_entry",
@@ -346,11 +351,74 @@ def auto_lru_engine(trace_bytes: int) -> str:
     return "compact" if trace_bytes >= AUTO_COMPACT_BYTES else "python"
 
 
-def staircase_batch_engine(touch_order: str) -> tuple[BlockLRU, str]:
-    """An engine that replays a whole workload in one compiled call touching blocks in
-    ``touch_order`` and answers each request as a staircase in blocks (what ``simulate``
-    and ``sweep`` use), with the fact model its curves read as.
-    InvalidRequestError naming an unknown touch order. O(1)."""
+STAIRCASE_ENGINES = ("auto", "python", "compact")
+"""The implementations :func:`staircase_batch_engine` offers (``litehit sweep --engine``)."""
+AUTO_STAIRCASE_KEYS = 1_000_000
+"""``auto`` answers a tail-first workload of fewer keys (that name their prefix) with the
+interpreter engine (see :func:`staircase_batch_engine`): it starts no numba (~0.35 s of
+import and kernel loading), and as commands the two tie from ~1.1 M keys on
+(``bench/bench_commands.py``, 2026-12-04, 2 cores: sweep 0.44 s vs 0.95 s on the Mooncake
+log's 276 k keys, 1.96 s vs 2.02 s at 1.1 M, 3.7 s vs 3.6 s at 2.2 M), where the compiled
+engine's smaller memory decides."""
+
+
+def check_staircase_engine(touch_order: str, engine: str) -> None:
+    """Whether :func:`staircase_batch_engine` can answer ``touch_order`` with ``engine``,
+    checked before any input is read: InvalidRequestError naming the value otherwise.
+    O(1)."""
+    touch_order_model(touch_order)  # validates the order
+    if engine not in STAIRCASE_ENGINES:
+        raise InvalidRequestError(
+            f"engine must be one of {list(STAIRCASE_ENGINES)}, got {engine!r}"
+        )
+    if engine == "python" and touch_order != "tail-first":
+        raise InvalidRequestError(
+            f"engine 'python' replays the tail-first order only; touch order {touch_order!r} "
+            "needs 'compact'"
+        )
+
+
+def staircase_batch_engine(
+    touch_order: str,
+    *,
+    keys: np.ndarray | None = None,
+    offsets: np.ndarray | None = None,
+    depths: bool = True,
+    engine: str = "auto",
+) -> tuple[StaircaseEngine, str]:
+    """An engine that replays a whole workload (requests ``keys[offsets[r]:offsets[r +
+    1]]``, when given) touching blocks in ``touch_order`` and answers each request as a
+    staircase in blocks (what ``simulate`` and ``sweep`` use), with the fact model its
+    curves read as.
+
+    ``engine``: ``"compact"`` (:class:`~litehit_core.block_lru.BlockLRU`: one compiled
+    loop, any keys, either order), ``"python"``
+    (:class:`~litehit_core.staircases.LiteHitStaircases`: no numba import; the tail-first
+    order, exact only where every key names its prefix:
+    :func:`~litehit_core.prefix_hash.keys_name_their_prefix`) or ``"auto"``: python where it
+    is exact and the workload has fewer than :data:`AUTO_STAIRCASE_KEYS` keys, compact
+    otherwise. Both give the same staircases and, with ``depths``, the same per-block
+    depths (False: the python engine skips deriving them). InvalidRequestError naming the
+    value for an unknown order or engine, or python asked for what it cannot answer
+    exactly. O(1), or O(K log K) for the check of K keys."""
+    from litehit_core.prefix_hash import keys_name_their_prefix
+
+    check_staircase_engine(touch_order, engine)
+    fits = touch_order == "tail-first"
+    small = keys is not None and len(keys) < AUTO_STAIRCASE_KEYS
+    wanted = engine == "python" or (engine == "auto" and fits and small)
+    if wanted and keys is not None and offsets is not None:
+        chained = keys_name_their_prefix(keys, offsets)
+        if engine == "python" and not chained:
+            raise InvalidRequestError(
+                "engine 'python' is exact only when every key always follows the same "
+                "parent (prefix-chained keys); these keys do not: use 'compact'"
+            )
+        wanted = chained
+    if wanted:
+        from litehit_core.staircases import LiteHitStaircases
+
+        return LiteHitStaircases(depths), "lru-head-first"
     from litehit_core.block_lru import BlockLRU  # numba, as above
 
     return BlockLRU(touch_order), "lru-head-first"

@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from litehit_core.engine import AUTO_STAIRCASE_KEYS, STAIRCASE_ENGINES
 from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order
 
 
@@ -36,6 +37,11 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=None, metavar="TOKENS",
                    help="mooncake/standard: tokens per key (default 512 / 256)")  # fmt: skip
     add_touch_order(p)
+    p.add_argument("--engine", choices=STAIRCASE_ENGINES, default="auto",
+                   help="python (the tail-first order only; no numba start-up), compact "
+                   "(compiled, either order) or auto (python for tail-first inputs of fewer "
+                   f"than {AUTO_STAIRCASE_KEYS:,} chunks whose hashes name their prefix); the "
+                   "numbers are identical")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
     add_max_line_bytes(p, "input")
@@ -84,10 +90,19 @@ def plot_format(path: str, flag: str = "-o/--output") -> str:
     return plot_format(path)
 
 
-def load(args: argparse.Namespace) -> Any:
-    """The workload and its one replay, from the shared input options."""
+def load(args: argparse.Namespace, *, depths: bool = True) -> Any:
+    """The workload and its one replay, from the shared input options (``depths`` as
+    :func:`~litehit_service.offline.simulate.replay_workload` takes it); the engine and
+    touch order are checked before the input is read."""
+    from litehit_core.engine import check_staircase_engine
+    from litehit_core.errors import InvalidRequestError
     from litehit_service.offline.simulate import load_workload, replay_workload
 
+    order = args.touch_order or "tail-first"
+    try:
+        check_staircase_engine(order, args.engine)
+    except InvalidRequestError as exc:
+        raise UsageError(f"--engine {args.engine}: {exc}") from None
     if args.max_samples is not None and args.max_samples < 0:
         raise UsageError(f"-n/--max-samples must be >= 0, got {args.max_samples}")
     workload = load_workload(
@@ -99,7 +114,7 @@ def load(args: argparse.Namespace) -> Any:
         block_size=args.block_size,
         max_line_bytes=args.max_line_bytes,
     )
-    return replay_workload(workload, args.touch_order or "tail-first")
+    return replay_workload(workload, order, depths=depths, engine=args.engine)
 
 
 def write_figure(path: str, fmt: str, draw: Any) -> None:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_plot and args.linear:
         raise UsageError("--linear only affects the figure, which --no-plot skips")
     fmt = None if args.no_plot else plot_format(args.output)
-    replay = load(args)
+    replay = load(args, depths=False)
     data = sweep(replay, capacities)
     if args.json:
         print(json.dumps(data))

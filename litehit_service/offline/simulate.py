@@ -4,9 +4,11 @@ sweep, computed from ONE replay that is exact at every capacity.
 The workload (:func:`load_workload`) is every request of the inputs as one stream through
 one cache, sorted by time and cut to ``max_samples``, as LMCache's simulator takes it; an
 LMCache log, a Mooncake trace or a standard trace. :func:`replay_workload` runs it once
-through :class:`~litehit_core.block_lru.BlockLRU` in the chosen touch order (one compiled
-loop) and keeps, per request, its staircase fact, the depth of each cached prefix chunk
-and the depth of each touch. Everything a capacity asks for is then arithmetic on arrays:
+in the chosen touch order, through :class:`~litehit_core.block_lru.BlockLRU` (one compiled
+loop) or, for a small tail-first workload of prefix-chained keys, the interpreter engine
+(:mod:`litehit_core.staircases`: no numba start-up), and keeps, per request, its staircase
+fact, the depth of each cached prefix chunk and the depth of each touch. Everything a
+capacity asks for is then arithmetic on arrays:
 
 - a request's hit prefix at C chunks is the last corner of its staircase at or below C;
 - LMCache's Stat 7 (cache position at hit, 0 = most recent) is a hit chunk's depth - 1;
@@ -36,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from litehit_core.accumulator import HitCurveAccumulator
-from litehit_core.block_lru import BatchResult
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import staircase_batch_engine
 from litehit_core.errors import InvalidRequestError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.projector import MAX_CAPACITY_GB
+from litehit_core.staircases import BatchResult
 from litehit_service.offline.traces import TraceEvent, format_names, get_reader
 
 __all__ = [
@@ -219,11 +221,22 @@ class Replay:
         return self.hit_prefix(capacity_chunks) * self.workload.chunk_size
 
 
-def replay_workload(workload: Workload, touch_order: str = "tail-first") -> Replay:
-    """Replay ``workload`` once in ``touch_order``; O(K log U) for K chunk keys."""
+def replay_workload(
+    workload: Workload,
+    touch_order: str = "tail-first",
+    *,
+    depths: bool = True,
+    engine: str = "auto",
+) -> Replay:
+    """Replay ``workload`` once in ``touch_order`` with ``engine`` (see
+    :func:`~litehit_core.engine.staircase_batch_engine`; ``depths=False``: the per-block
+    depths may be left out, for :func:`sweep` and the curve; :func:`report` refuses a replay
+    without them). O(K log U) for K chunk keys."""
     started = time.process_time()
-    engine, curve_model = staircase_batch_engine(touch_order)
-    batch = engine.process_batch(workload.keys, workload.offsets)
+    staircases, curve_model = staircase_batch_engine(
+        touch_order, keys=workload.keys, offsets=workload.offsets, depths=depths, engine=engine
+    )
+    batch = staircases.process_batch(workload.keys, workload.offsets)
     n = workload.requests
     counts = batch.counts
     owner = np.repeat(np.arange(n, dtype=np.int64), counts)
@@ -248,7 +261,7 @@ def replay_workload(workload: Workload, touch_order: str = "tail-first") -> Repl
     curve.requests = n
     curve.input_tokens = int(workload.seq_len.sum())
     return Replay(
-        workload, touch_order, batch, engine.current_unique_blocks(), curve,
+        workload, touch_order, batch, staircases.current_unique_blocks(), curve,
         time.process_time() - started, (owner, first, thr, hits),
     )  # fmt: skip
 
@@ -286,7 +299,10 @@ def _distribution(values: np.ndarray) -> dict[str, Any]:
 
 def report(replay: Replay, capacity_bytes: int) -> dict[str, Any]:
     """LMCache's report at ``capacity_bytes`` (whole chunks; < 0 unlimited) plus the exact
-    curve's figures, as JSON-ready data (integers stay integers). O(K + requests log)."""
+    curve's figures, as JSON-ready data (integers stay integers). ValueError for a replay
+    made without per-block depths. O(K + requests log)."""
+    if replay.batch.depths is None or replay.batch.touches is None:
+        raise ValueError("report() needs a replay with per-block depths (depths=True)")
     w = replay.workload
     kv = w.kv_bytes_per_chunk
     chunks = -1 if capacity_bytes < 0 else capacity_bytes // kv

@@ -18,6 +18,7 @@ import numpy as np
 from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.model import TOUCH_ORDERS
 from litehit_core.policy_replay import ReplayRecords
+from litehit_core.prefix_hash import keys_name_their_prefix
 from litehit_core.projector import Projection
 from litehit_service.offline.optimize.config import OptimizeConfig
 from litehit_service.offline.optimize.run import OptimizeResult
@@ -68,19 +69,9 @@ def exact_qualifies(
 
 def prefix_determined(records: ReplayRecords) -> bool:
     """Whether every key always follows the same parent key (or always starts a read):
-    then a key names its whole path, as with prefix-chained hashes. O(keys log keys)."""
-    keys, off = records.keys, records.key_off
-    if len(keys) < 2:
-        return True
-    parent = np.empty_like(keys)
-    parent[1:] = keys[:-1]
-    root = np.zeros(len(keys), bool)
-    root[off[:-1][np.diff(off) > 0]] = True
-    parent[root] = 0
-    order = np.lexsort((root, parent, keys))
-    k, p, r = keys[order], parent[order], root[order]
-    same = k[1:] == k[:-1]
-    return not bool((same & ((p[1:] != p[:-1]) | (r[1:] != r[:-1]))).any())
+    then a key names its whole path, as with prefix-chained hashes
+    (:func:`~litehit_core.prefix_hash.keys_name_their_prefix`). O(keys log keys)."""
+    return keys_name_their_prefix(records.keys, records.key_off)
 
 
 def exact_rates(

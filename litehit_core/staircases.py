@@ -1,0 +1,176 @@
+"""Whole workloads answered as staircases: the batch result both staircase engines return,
+and the interpreter engine of the tail-first order (no numba).
+
+A staircase (model ``"lru-head-first"`` in :data:`~litehit_core.model.FACT_MODELS`) is a
+request's hit prefix at every capacity as corners ``(threshold blocks, hit blocks)``.
+:class:`~litehit_core.block_lru.BlockLRU` computes them in one compiled loop for either
+touch order, with each block's depths (what ``simulate``'s per-capacity report reads).
+:class:`LiteHitStaircases` gives the same corners for the tail-first order from
+:class:`~litehit_core.lite_hit.LiteHit`, the interpreter engine of that order: a ramp
+``(start, run)`` of its fact is the run of blocks hit from capacities ``start``,
+``start + 1``, ..., so each hit block has a threshold and the staircase is their counts
+(:func:`ramps_to_staircases`); where keys name their prefix the per-block depths follow
+from the corners (:meth:`LiteHitStaircases.process_batch`). For a workload of a few hundred
+thousand keys it answers before numba would have loaded its kernels (the choice is
+:func:`~litehit_core.engine.staircase_batch_engine`'s).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from litehit_core.lite_hit import LiteHit
+
+__all__ = ["BatchResult", "LiteHitStaircases", "StaircaseEngine", "ramps_to_staircases"]
+
+
+class BatchResult(NamedTuple):
+    """What a staircase engine's ``process_batch`` returns; every array but ``counts`` spans
+    the requests' keys (``offsets`` as given). Request r's staircase is ``thr[a:a + c]``,
+    ``hits[a:a + c]`` for ``a = offsets[r]``, ``c = counts[r]``; ``depths[a:b]`` holds the
+    snapshot depth of each cached prefix block and -1 after the prefix; ``touches[a:b]``
+    each touch's depth in touch order (-1: the block was not tracked). ``depths`` and
+    ``touches`` are None where they were not asked for (:class:`LiteHitStaircases`)."""
+
+    offsets: np.ndarray
+    thr: np.ndarray
+    hits: np.ndarray
+    counts: np.ndarray
+    depths: np.ndarray | None
+    touches: np.ndarray | None
+
+
+class StaircaseEngine(Protocol):
+    """What both staircase engines offer (:func:`~litehit_core.engine.staircase_batch_engine`
+    hands out one or the other)."""
+
+    def process_batch(self, keys: np.ndarray, offsets: np.ndarray) -> BatchResult:
+        """Replay request r = ``keys[offsets[r]:offsets[r + 1]]`` for every r in order."""
+        ...
+
+    def current_unique_blocks(self) -> int:
+        """Distinct blocks tracked now."""
+        ...
+
+
+def ramps_to_staircases(
+    starts: np.ndarray, runs: np.ndarray, ramp_counts: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The staircases of ramps facts: request r has ``ramp_counts[r]`` ramps (``starts``,
+    ``runs``: int64, request after request) and the keys ``offsets[r]:offsets[r + 1]``.
+
+    Block k of a ramp hits from capacity ``start + k``, so a request's hits at C are its
+    blocks with threshold <= C, and its corners are its distinct thresholds with the count
+    of blocks at or below each. Returns ``(thr, hits, counts)`` laid out as
+    :class:`BatchResult` lays them (arrays over the keys, request r's corners from
+    ``offsets[r]``). O(hit blocks) numpy work (plus a sort if some request's thresholds
+    are not ascending along its blocks)."""
+    n = ramp_counts.shape[0]
+    total = int(runs.sum())
+    thr_out = np.zeros(int(offsets[-1]), np.int64)
+    hits_out = np.zeros(int(offsets[-1]), np.int64)
+    if not total:
+        return thr_out, hits_out, np.zeros(n, np.int64)
+    ramp_owner = np.repeat(np.arange(n, dtype=np.int64), ramp_counts)
+    first_block = np.zeros(runs.shape[0], np.int64)  # each ramp's first block, flattened
+    np.cumsum(runs[:-1], out=first_block[1:])
+    ramp_of = np.repeat(np.arange(runs.shape[0], dtype=np.int64), runs)
+    thr = starts[ramp_of] + (np.arange(total, dtype=np.int64) - first_block[ramp_of])
+    owner = ramp_owner[ramp_of]
+    if np.any((thr[1:] < thr[:-1]) & (owner[1:] == owner[:-1])):
+        thr = thr[np.lexsort((thr, owner))]
+    hit_blocks = np.bincount(owner, minlength=n)
+    request_first = np.zeros(n, np.int64)  # each request's first hit block, flattened
+    np.cumsum(hit_blocks[:-1], out=request_first[1:])
+    last = np.ones(total, bool)  # the last block of each threshold value: a corner
+    last[:-1] = (owner[1:] != owner[:-1]) | (thr[1:] != thr[:-1])
+    corner = np.flatnonzero(last)
+    corner_owner = owner[corner]
+    counts = np.bincount(corner_owner, minlength=n).astype(np.int64)
+    corner_first = np.zeros(n, np.int64)
+    np.cumsum(counts[:-1], out=corner_first[1:])
+    slot = offsets[:-1][corner_owner] + (
+        np.arange(corner.shape[0], dtype=np.int64) - corner_first[corner_owner]
+    )
+    thr_out[slot] = thr[corner]
+    hits_out[slot] = corner - request_first[corner_owner] + 1
+    return thr_out, hits_out, counts
+
+
+class LiteHitStaircases:
+    """Tail-first staircases of a whole workload from :class:`LiteHit` (interpreter work,
+    no numba): the corners :class:`~litehit_core.block_lru.BlockLRU` gives for the order
+    ``"tail-first"`` where every key names its prefix
+    (:func:`~litehit_core.prefix_hash.keys_name_their_prefix`: the input on which LiteHit is
+    exact). With ``depths``, the per-block depths too (:meth:`process_batch` says how).
+    O(K) C-speed dict work for K keys plus O(runs) interpreter steps per request (see
+    :class:`LiteHit`)."""
+
+    __slots__ = ("_depths", "_engine")
+
+    touch_order = "tail-first"
+
+    def __init__(self, depths: bool = False) -> None:
+        self._engine = LiteHit()
+        self._depths = depths
+
+    def current_unique_blocks(self) -> int:
+        """Distinct blocks tracked now. O(1)."""
+        return self._engine.current_unique_blocks()
+
+    def process_batch(self, keys: np.ndarray, offsets: np.ndarray) -> BatchResult:
+        """Replay request r = ``keys[offsets[r]:offsets[r + 1]]`` (int64, head first,
+        prefix-chained) for every r in order; a :class:`BatchResult`, whose ``depths`` and
+        ``touches`` are None unless the engine was made with ``depths``.
+
+        The depths follow from the corners: when every key names its prefix, a touch of a
+        block touched its whole prefix after it (tail first), so along a request the
+        tracked blocks are a prefix with strictly growing depths, each its own corner
+        (block j's depth ``d_j`` is its threshold). Touched tail first, the untracked tail
+        blocks come first (-1) and block j of h tracked ones, n in all, is touched at depth
+        ``d_j + n - 1 - j``: the n - h inserted blocks and the h - 1 - j deeper prefix
+        blocks touched before it are now above it (keys that do not name their prefix get
+        neither exact corners nor exact depths: the registry never hands them this
+        engine)."""
+        key_list = np.asarray(keys, np.int64).tolist()
+        bounds = np.asarray(offsets, np.int64).tolist()
+        process = self._engine.process_request
+        starts: list[int] = []
+        runs: list[int] = []
+        ramp_counts: list[int] = []
+        for a, b in pairwise(bounds):
+            curve = process(key_list[a:b]).hit_curve
+            ramp_counts.append(len(curve))
+            for start, run in curve:
+                starts.append(start)
+                runs.append(run)
+        offsets = np.asarray(offsets, np.int64)
+        thr, hits, counts = ramps_to_staircases(
+            np.array(starts, np.int64),
+            np.array(runs, np.int64),
+            np.array(ramp_counts, np.int64),
+            offsets,
+        )
+        if not self._depths:
+            return BatchResult(offsets, thr, hits, counts, None, None)
+        depths, touches = _prefix_depths(offsets, thr, counts)
+        return BatchResult(offsets, thr, hits, counts, depths, touches)
+
+
+def _prefix_depths(
+    offsets: np.ndarray, thr: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(depths, touches)`` of :meth:`LiteHitStaircases.process_batch` from its corners.
+    O(K) numpy work."""
+    lengths = np.diff(offsets)
+    owner = np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
+    place = np.arange(owner.shape[0], dtype=np.int64) - offsets[:-1][owner]
+    tracked = place < counts[owner]
+    depths = np.where(tracked, thr, -1)
+    mirror = offsets[:-1][owner] + offsets[1:][owner] - 1 - np.arange(owner.shape[0])
+    before = depths[mirror]  # the snapshot depth of the block touched i-th (tail first)
+    touches = np.where(before >= 0, before + place, -1)
+    return depths, touches
