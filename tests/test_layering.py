@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from fresh import ROOT, run_python
 
 import litehit_core
 from litehit_service.cli import build_parser, command_module
 
-ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "litehit_core"
 # the public contract other packages code against (see the preamble / issue 2)
 CONTRACT_NAMES = [
@@ -55,17 +53,7 @@ def test_importing_core_in_a_fresh_interpreter_loads_no_service_stack() -> None:
         "    if m.split('.')[0] in ('grpc', 'prometheus_client', 'litehit_service'))))\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('litehit_core.'))))\n"
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python(ROOT, code=code)
     assert proc.returncode == 0, proc.stderr
     loaded_forbidden, loaded_core = (json.loads(line) for line in proc.stdout.splitlines())
     assert loaded_forbidden == []
@@ -106,9 +94,7 @@ def test_full_attention_commands_do_not_import_numba(tmp_path: Path) -> None:
         "import litehit_core\n"
         "print(litehit_core.HybridLRU.__name__, 'numba' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = run_python(tmp_path, code=code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == ["False", "HybridLRU True"]
 
@@ -145,15 +131,11 @@ def test_a_command_imports_no_other_command(tmp_path: Path) -> None:
         "print(sorted(m for m in sys.modules if m.startswith('litehit_service.commands.')))\n"
         "print([m for m in ('grpc', 'numba', 'matplotlib') if m in sys.modules])\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = run_python(tmp_path, code=code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == [
         "['litehit_service.commands.simulate', 'litehit_service.commands.sweep']",
         "[]",
     ]
-    argv = [sys.executable, "-m", "litehit_service", "--version"]
-    version = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=120, check=False)  # fmt: skip
+    version = run_python(tmp_path, "-m", "litehit_service", "--version")
     assert version.returncode == 0 and version.stdout.startswith("litehit "), version

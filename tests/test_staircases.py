@@ -5,14 +5,12 @@ picks; ``litehit sweep --engine`` end to end."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fresh import run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracle import oracle_hits, tree_trace
@@ -25,7 +23,6 @@ from litehit_core.staircases import BatchResult, LiteHitStaircases, ramps_to_sta
 from litehit_service.cli import main
 from litehit_service.offline.simulate import load_workload, replay_workload, report
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).with_name("data") / "lookup_hashes_small.jsonl"
 KV = 2 * 16 * 8  # the fixture's bytes per chunk (see test_simulate)
 
@@ -191,9 +188,7 @@ def test_a_small_tail_first_sweep_does_not_import_numba(tmp_path: Path) -> None:
         f"assert main(['sweep', '-i', {str(FIXTURE)!r}, '--json', '--no-plot']) == 0\n"
         "print('numba' in sys.modules, file=sys.stderr)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = run_python(tmp_path, code=code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[-1] == "False"
     assert json.loads(proc.stdout)["input"]["touch_order"] == "tail-first"
