@@ -179,18 +179,26 @@ def test_sweep_engines_print_the_same_sweep(capsys: pytest.CaptureFixture[str]) 
     )
 
 
-def test_a_small_tail_first_sweep_does_not_import_numba(tmp_path: Path) -> None:
-    """The point of the interpreter engine: ``litehit sweep`` on a small log in the default
-    order starts no numba (its import and kernel load cost ~0.4 s of a ~0.5 s command)."""
+@pytest.mark.parametrize(
+    "words", [["sweep"], ["simulate", "--cache-capacity-gib", "0.001"]], ids=["sweep", "simulate"]
+)
+def test_small_tail_first_commands_import_no_numba_and_no_matplotlib(
+    tmp_path: Path, words: list[str]
+) -> None:
+    """The point of the interpreter engine: ``litehit sweep`` and report-only ``litehit
+    simulate`` on a small log in the default order start no numba (its import and kernel
+    load cost more than half of such a command), nor matplotlib without a figure."""
+    argv = [*words, "-i", str(FIXTURE), "--json", "--no-plot"]
     code = (
         "import sys\n"
         "from litehit_service.cli import main\n"
-        f"assert main(['sweep', '-i', {str(FIXTURE)!r}, '--json', '--no-plot']) == 0\n"
-        "print('numba' in sys.modules, file=sys.stderr)\n"
+        f"assert main({argv!r}) == 0\n"
+        "print([m for m in ('numba', 'matplotlib', 'grpc') if m in sys.modules], "
+        "file=sys.stderr)\n"
     )
     proc = run_python(tmp_path, code=code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines()[-1] == "False"
+    assert proc.stderr.splitlines()[-1] == "[]"
     assert json.loads(proc.stdout)["input"]["touch_order"] == "tail-first"
 
 
