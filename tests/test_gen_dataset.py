@@ -724,7 +724,7 @@ def test_a_bom_file_is_read_whole(
     assert a.count(b"\n") == 2
 
 
-def test_a_transformers_tokenizer_is_called_as_lmcache_calls_it(
+def test_awrap_transformers_is_called_as_lmcache_calls_it(
     lmcache: Any, byte_tok: Path, tmp_path: Path
 ) -> None:
     """The adapter for transformers tokenizers without a ``tokenizers`` backend (one call
@@ -740,22 +740,74 @@ def test_a_transformers_tokenizer_is_called_as_lmcache_calls_it(
     assert not summary.joined  # no backend to join texts from: decoded
 
 
-def test_a_model_specific_tokenizer_class_is_noted(
-    byte_tok: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+QWEN2_CONFIG = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "</s>", "bos_token": "<s>"}
+"""A model-specific class: transformers 5 rebuilds Qwen2's byte-level pipeline in code,
+replacing the Metaspace pre-tokenizer and decoder of a tokenizer.json trained here."""
+
+
+def test_a_model_specific_class_loads_as_lmcache_loads_it(
+    lmcache: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tokenizers import Tokenizer
+
+    from litehit_service.offline.tokenizer import FastTokenizer
+
+    folder = make_tokenizer(tmp_path / "qwen", "metaspace", QWEN2_CONFIG)
+    auto = auto_tokenizer(folder)
+    wanted = lmcache.build_safe_vocab(auto)
+    from_json = FastTokenizer(Tokenizer.from_file(str(folder / "tokenizer.json")), "json")
+    assert safe_vocabulary(from_json) != wanted  # tokenizer.json alone would differ here
+    loaded = load_tokenizer(folder)
+    assert loaded.source == f"{folder} (transformers Qwen2Tokenizer)" and not loaded.note
+    assert safe_vocabulary(loaded) == wanted
+    expected = theirs(lmcache, tmp_path / "theirs.jsonl", [FIXTURE], folder, "-n", "60")
+    assert ours(capsys, tmp_path / "ours.jsonl", [FIXTURE], folder, "-n", "60") == expected
+
+
+def test_only_generic_calls_go_to_the_backend(byte_tok: Path) -> None:
+    """A transformers class that overrides anything callable on the way to encode/decode is
+    called through transformers, call by call; the generic class and Qwen2's (construction
+    only) through their backend."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+
+    from litehit_service.offline.tokenizer import generic_calls, wrap_transformers
+
+    class Decoding(PreTrainedTokenizerFast):
+        def _decode(self, *args: Any, **kwargs: Any) -> str:
+            return super()._decode(*args, **kwargs)
+
+    backend = Tokenizer.from_file(str(byte_tok / "tokenizer.json"))
+    generic = PreTrainedTokenizerFast(tokenizer_object=backend)
+    assert generic_calls(generic)
+    assert generic_calls(auto_tokenizer(make_tokenizer(byte_tok.parent / "q", "bytelevel",
+                                                       QWEN2_CONFIG)))  # fmt: skip
+    assert isinstance(auto_tokenizer(byte_tok.parent / "q"), Qwen2Tokenizer)
+    decoding = Decoding(tokenizer_object=backend)
+    assert not generic_calls(decoding)
+    assert type(wrap_transformers(decoding, "d")).__name__ == "TransformersTokenizer"
+    assert type(wrap_transformers(generic, "g")).__name__ == "FastTokenizer"
+
+
+def test_without_transformers_a_model_specific_class_is_read_from_json_and_noted(
+    byte_tok: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "tok"
     folder.mkdir()
     (folder / "tokenizer.json").write_bytes((byte_tok / "tokenizer.json").read_bytes())
-    config = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "</s>"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    code, err = run_err(capsys, "-i", str(FIXTURE), "--tokenizer", str(folder), "-n", "3",
-                        "-o", str(tmp_path / "o.jsonl"))  # fmt: skip
-    assert code == 0
-    assert err.splitlines()[0] == (
+    (folder / "tokenizer_config.json").write_text(json.dumps(QWEN2_CONFIG), encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    proc = run_blocked(tmp_path, ["transformers"], "gen-dataset", "-i", str(FIXTURE),
+                       "--tokenizer", str(folder), "-n", "3", "-o", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == (
         "litehit gen-dataset: note: tokenizer_config.json names tokenizer_class "
-        "'Qwen2Tokenizer': transformers 5 builds that class's pipeline in code, gen-dataset "
-        "reads tokenizer.json (the two normally agree)"
+        "'Qwen2Tokenizer', whose pipeline transformers builds in code; transformers is not "
+        "installed (pip install transformers for it), so gen-dataset reads tokenizer.json "
+        "(the two normally agree)"
     )
+    assert out.read_bytes().count(b"\n") == 3
 
 
 def test_an_output_folder_is_refused(

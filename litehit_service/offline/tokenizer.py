@@ -18,11 +18,14 @@ config's ``added_tokens_decoder`` entries are added, then every named special to
 also one from the base vocabulary, which then decodes to nothing with
 ``skip_special_tokens``. Without ``added_tokens_decoder`` the legacy files are read as
 transformers reads them (``special_tokens_map.json``, ``added_tokens.json``). This is the
-generic class's loading; a config whose ``tokenizer_class`` names a model-specific class
+generic class's loading. A config whose ``tokenizer_class`` names a model-specific class
 (``Qwen2Tokenizer``, ``LlamaTokenizer``, ...) makes transformers 5 rebuild the pipeline in
-that class's code, which normally equals ``tokenizer.json`` but is not read here. A
-directory without ``tokenizer.json`` is loaded by transformers itself when it is installed
-(``AutoTokenizer.from_pretrained(dir, local_files_only=True)``, no remote code).
+that class's code (Qwen2's replaces the pre-tokenizer and decoder of ``tokenizer.json``),
+so such a directory, like one without ``tokenizer.json``, is loaded by transformers itself
+when it is installed (``AutoTokenizer.from_pretrained(dir, local_files_only=True)``, no
+remote code), as LMCache loads it; without transformers, from ``tokenizer.json`` with a
+note. A transformers tokenizer is called through its backend in batches where its class
+adds nothing but construction (:func:`generic_calls`), else call by call.
 
 :func:`safe_vocabulary` is LMCache's ``build_safe_vocab`` (same ids, same order) in batches:
 a ``decode_batch`` and an ``encode_batch`` per 16,384 ids instead of two Python calls per id
@@ -31,6 +34,7 @@ a ``decode_batch`` and an ``encode_batch`` per 16,384 ids instead of two Python 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -48,9 +52,11 @@ __all__ = [
     "TokenizerUnavailable",
     "TransformersTokenizer",
     "apply_config",
+    "generic_calls",
     "import_tokenizers",
     "load_tokenizer",
     "safe_vocabulary",
+    "wrap_transformers",
 ]
 
 INSTALL_HINT = "pip install 'litehit[dataset]'"
@@ -187,16 +193,34 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PromptTokenizer:
     note = ""
     if directory is not None:
         config = _json_file(os.path.join(directory, "tokenizer_config.json"))
-        split = bool(config.get("split_special_tokens", False))
-        apply_config(backend, config, directory, tokenizers.AddedToken)
         kind = config.get("tokenizer_class")
         if kind not in GENERIC_CLASSES:
+            loaded, why = _model_specific(directory, kind)
+            if loaded is not None:
+                return loaded
             note = (
-                f"tokenizer_config.json names tokenizer_class {kind!r}: transformers 5 builds "
-                "that class's pipeline in code, gen-dataset reads tokenizer.json (the two "
-                "normally agree)"
+                f"tokenizer_config.json names tokenizer_class {kind!r}, whose pipeline "
+                f"transformers builds in code; {why}, so gen-dataset reads tokenizer.json "
+                "(the two normally agree)"
             )
+        split = bool(config.get("split_special_tokens", False))
+        apply_config(backend, config, directory, tokenizers.AddedToken)
     return FastTokenizer(backend, file, split, note)
+
+
+def _model_specific(directory: str, kind: object) -> tuple[PromptTokenizer | None, str]:
+    """A folder whose config names a model-specific ``tokenizer_class`` loaded as LMCache
+    loads it, by transformers (``AutoTokenizer``, local files, no remote code): its own
+    pipeline. ``(None, why not)`` when transformers is not installed or cannot load it."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None, "transformers is not installed (pip install transformers for it)"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except Exception as exc:
+        return None, f"transformers cannot load it ({type(exc).__name__}: {exc})"
+    return wrap_transformers(tokenizer, directory), ""
 
 
 def _from_transformers(directory: str) -> PromptTokenizer:
@@ -214,12 +238,42 @@ def _from_transformers(directory: str) -> PromptTokenizer:
         raise TokenizerError(
             f"--tokenizer {directory}: transformers cannot load it: {type(exc).__name__}: {exc}"
         ) from None
-    backend = getattr(tokenizer, "backend_tokenizer", None) if tokenizer.is_fast else None
+    return wrap_transformers(tokenizer, directory)
+
+
+def wrap_transformers(tokenizer: Any, directory: str) -> PromptTokenizer:
+    """A tokenizer transformers loaded from ``directory``: its ``tokenizers`` backend called
+    directly (in batches) when :func:`generic_calls` says transformers' encode and decode
+    are the backend's, else each call through transformers (:class:`TransformersTokenizer`:
+    exact for any class, one Python call per sequence)."""
     source = f"{directory} (transformers {type(tokenizer).__name__})"
-    if backend is None:
+    if not generic_calls(tokenizer):
         return TransformersTokenizer(tokenizer, source)
     split = bool(getattr(tokenizer, "split_special_tokens", False))
-    return FastTokenizer(backend, source, split)
+    return FastTokenizer(tokenizer.backend_tokenizer, source, split)
+
+
+def generic_calls(tokenizer: Any) -> bool:
+    """Whether ``tokenizer``'s ``vocab_size``, ``encode`` and ``decode`` are transformers'
+    generic fast tokenizer's (``TokenizersBackend``), so its ``backend_tokenizer`` answers
+    them: it is a fast tokenizer and every class between its own and the generic one
+    defines no method, property or class/static method but ``__init__`` (deny by default: a
+    model class that overrides anything callable, ``_decode`` say, is called through
+    transformers). O(class attributes)."""
+    from transformers import PreTrainedTokenizerFast as generic
+
+    if not isinstance(tokenizer, generic) or getattr(tokenizer, "backend_tokenizer", None) is None:
+        return False
+    for klass in type(tokenizer).__mro__:
+        if klass is generic:
+            return True
+        for name, value in vars(klass).items():
+            if name != "__init__" and (
+                inspect.isfunction(value)
+                or isinstance(value, (property, classmethod, staticmethod))
+            ):
+                return False
+    return False
 
 
 def _json_file(path: str) -> dict[str, Any]:
