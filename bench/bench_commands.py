@@ -2,14 +2,14 @@
 staircase engine.
 
 Usage: PYTHONPATH=. python bench/bench_commands.py [TRACE.jsonl] [--copies 1,2,4,8]
-                                                  [--repeat 5]
+                                                  [--repeat 5] [--touch-order ORDER]
 
 Writes the Mooncake conversation as an LMCache lookup-hash log ``--copies`` times over
 (copy c with fresh keys, key + c x 2**40, after the previous copy in time), then runs
 ``python -m litehit_service sweep -i LOG --json --no-plot --engine E`` and ``simulate -i
 LOG --cache-capacity-gib 64 --json --no-plot --engine E`` for E in python, compact and
-auto, interleaved, best wall time of ``--repeat`` (the default order, tail-first; the
-three engines print the same JSON, checked). Beside them, the floors every such command
+auto, interleaved, best wall time of ``--repeat`` (``--touch-order``, default tail-first;
+the three engines print the same JSON, checked). Beside them, the floors every such command
 pays: the interpreter alone, ``import numpy`` and ``import numpy, numba``.
 
 Target (issue 25): ``litehit sweep`` on the Mooncake conversation <= 0.5 s. The module
@@ -70,12 +70,14 @@ def main() -> int:
     ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--copies", default="1,2,4,8")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--touch-order", choices=("tail-first", "head-first"), default="tail-first")
     args = ap.parse_args()
     compileall.compile_dir(ROOT / "litehit_core", quiet=1)
     compileall.compile_dir(ROOT / "litehit_service", quiet=1)
     py = sys.executable
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.2f}; best of {args.repeat}, interleaved")  # fmt: skip
+          f"{os.getloadavg()[0]:.2f}; best of {args.repeat}, interleaved; "
+          f"{args.touch_order}")  # fmt: skip
     floors = {
         "python -c pass": [py, "-c", "pass"],
         "import numpy": [py, "-c", "import numpy"],
@@ -94,7 +96,8 @@ def main() -> int:
                 for command, words in COMMANDS.items():
                     for engine in ENGINES:
                         argv = [py, "-m", "litehit_service", *words, "-i", str(log), "--json",
-                                "--no-plot", "--engine", engine]  # fmt: skip
+                                "--no-plot", "--engine", engine,
+                                "--touch-order", args.touch_order]  # fmt: skip
                         seconds, out = wall(argv)
                         times.setdefault((command, engine), []).append(seconds)
                         data = json.loads(out)

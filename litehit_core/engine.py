@@ -354,9 +354,9 @@ def auto_lru_engine(trace_bytes: int) -> str:
 STAIRCASE_ENGINES = ("auto", "python", "compact")
 """The implementations :func:`staircase_batch_engine` offers (``litehit sweep --engine``)."""
 AUTO_STAIRCASE_KEYS = 1_000_000
-"""``auto`` answers a tail-first workload of fewer keys (that name their prefix) with the
-interpreter engine (see :func:`staircase_batch_engine`): it starts no numba (~0.35 s of
-import and kernel loading), and as commands the two tie from ~1.1 M keys on
+"""``auto`` answers a workload of fewer keys (that name their prefix) with the interpreter
+engine (see :func:`staircase_batch_engine`): it starts no numba (~0.35 s of import and
+kernel loading), and as commands the two tie from ~1.1 M keys on
 (``bench/bench_commands.py``, 2026-12-04, 2 cores: sweep 0.44 s vs 0.95 s on the Mooncake
 log's 276 k keys, 1.96 s vs 2.02 s at 1.1 M, 3.7 s vs 3.6 s at 2.2 M), where the compiled
 engine's smaller memory decides."""
@@ -370,11 +370,6 @@ def check_staircase_engine(touch_order: str, engine: str) -> None:
     if engine not in STAIRCASE_ENGINES:
         raise InvalidRequestError(
             f"engine must be one of {list(STAIRCASE_ENGINES)}, got {engine!r}"
-        )
-    if engine == "python" and touch_order != "tail-first":
-        raise InvalidRequestError(
-            f"engine 'python' replays the tail-first order only; touch order {touch_order!r} "
-            "needs 'compact'"
         )
 
 
@@ -392,21 +387,21 @@ def staircase_batch_engine(
     curves read as.
 
     ``engine``: ``"compact"`` (:class:`~litehit_core.block_lru.BlockLRU`: one compiled
-    loop, any keys, either order), ``"python"``
-    (:class:`~litehit_core.staircases.LiteHitStaircases`: no numba import; the tail-first
-    order, exact only where every key names its prefix:
-    :func:`~litehit_core.prefix_hash.keys_name_their_prefix`) or ``"auto"``: python where it
-    is exact and the workload has fewer than :data:`AUTO_STAIRCASE_KEYS` keys, compact
-    otherwise. Both give the same staircases and, with ``depths``, the same per-block
-    depths (False: the python engine skips deriving them). InvalidRequestError naming the
-    value for an unknown order or engine, or python asked for what it cannot answer
-    exactly. O(1), or O(K log K) for the check of K keys."""
+    loop, any keys, either order), ``"python"`` (no numba import:
+    :class:`~litehit_core.staircases.LiteHitStaircases` tail first,
+    :class:`~litehit_core.staircases.HeadFirstStaircases` head first; exact only where every
+    key names its prefix: :func:`~litehit_core.prefix_hash.keys_name_their_prefix`) or
+    ``"auto"``: python where it is exact and the workload has fewer than
+    :data:`AUTO_STAIRCASE_KEYS` keys, compact otherwise. Both give the same staircases
+    and, with ``depths``, the same per-block depths (False: the python engines skip
+    deriving them). InvalidRequestError naming the value for an unknown order or engine,
+    or python asked for what it cannot answer exactly. O(1), or O(K log K) for the check
+    of K keys."""
     from litehit_core.prefix_hash import keys_name_their_prefix
 
     check_staircase_engine(touch_order, engine)
-    fits = touch_order == "tail-first"
     small = keys is not None and len(keys) < AUTO_STAIRCASE_KEYS
-    wanted = engine == "python" or (engine == "auto" and fits and small)
+    wanted = engine == "python" or (engine == "auto" and small)
     if wanted and keys is not None and offsets is not None:
         chained = keys_name_their_prefix(keys, offsets)
         if engine == "python" and not chained:
@@ -416,9 +411,10 @@ def staircase_batch_engine(
             )
         wanted = chained
     if wanted:
-        from litehit_core.staircases import LiteHitStaircases
+        from litehit_core.staircases import HeadFirstStaircases, LiteHitStaircases
 
-        return LiteHitStaircases(depths), "lru-head-first"
+        interpreter = LiteHitStaircases if touch_order == "tail-first" else HeadFirstStaircases
+        return interpreter(depths), "lru-head-first"
     from litehit_core.block_lru import BlockLRU  # numba, as above
 
     return BlockLRU(touch_order), "lru-head-first"

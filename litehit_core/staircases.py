@@ -1,5 +1,5 @@
-"""Whole workloads answered as staircases: the batch result both staircase engines return,
-and the interpreter engine of the tail-first order (no numba).
+"""Whole workloads answered as staircases: the batch result the staircase engines return,
+and the interpreter engines of both touch orders (no numba).
 
 A staircase (model ``"lru-head-first"`` in :data:`~litehit_core.model.FACT_MODELS`) is a
 request's hit prefix at every capacity as corners ``(threshold blocks, hit blocks)``.
@@ -10,8 +10,10 @@ touch order, with each block's depths (what ``simulate``'s per-capacity report r
 ``(start, run)`` of its fact is the run of blocks hit from capacities ``start``,
 ``start + 1``, ..., so each hit block has a threshold and the staircase is their counts
 (:func:`ramps_to_staircases`); where keys name their prefix the per-block depths follow
-from the corners (:meth:`LiteHitStaircases.process_batch`). For a workload of a few hundred
-thousand keys it answers before numba would have loaded its kernels (the choice is
+from the corners (:meth:`LiteHitStaircases.process_batch`). :class:`HeadFirstStaircases`
+does the same for the head-first order (LMCache's) with one rank per run of blocks last
+touched together. For a workload of a few hundred thousand keys either answers before
+numba would have loaded its kernels (the choice is
 :func:`~litehit_core.engine.staircase_batch_engine`'s).
 """
 
@@ -24,7 +26,13 @@ import numpy as np
 
 from litehit_core.lite_hit import LiteHit
 
-__all__ = ["BatchResult", "LiteHitStaircases", "StaircaseEngine", "ramps_to_staircases"]
+__all__ = [
+    "BatchResult",
+    "HeadFirstStaircases",
+    "LiteHitStaircases",
+    "StaircaseEngine",
+    "ramps_to_staircases",
+]
 
 
 class BatchResult(NamedTuple):
@@ -173,4 +181,180 @@ def _prefix_depths(
     mirror = offsets[:-1][owner] + offsets[1:][owner] - 1 - np.arange(owner.shape[0])
     before = depths[mirror]  # the snapshot depth of the block touched i-th (tail first)
     touches = np.where(before >= 0, before + place, -1)
+    return depths, touches
+
+
+class HeadFirstStaircases:
+    """Head-first staircases of a whole workload in the interpreter (no numba): the corners,
+    depths and touches :class:`~litehit_core.block_lru.BlockLRU` gives for the order
+    ``"head-first"`` where every key names its prefix (the same contract as
+    :class:`LiteHitStaircases`; the registry checks it).
+
+    Positions count touches in order (a request's blocks head first); a block's depth is
+    the number of live positions at or above its own. Where keys name their prefix, a
+    request's tracked blocks are its head, and they fall into runs of consecutive live
+    positions (blocks last touched together), along which depths fall by one: one rank
+    per run, ``(t - p) - dead[p, t)``, the dead positions summed by a Fenwick tree of the
+    killed runs' lengths at their first position. Then, in numpy: each block's depth; the
+    staircase, whose corners are the runs starting deeper than every run before them; each
+    touch's depth, ``D + sum(min(max(D' - d, 0), L'))`` over the request's earlier runs
+    (depth ``D'``, length ``L'``) for a block of depth ``d`` in a run starting at depth
+    ``D`` (the deeper blocks touched before it are now above it). O(K) C-speed dict work
+    for K keys plus O(runs log K) interpreter steps."""
+
+    __slots__ = ("_depths", "_pos", "_t")
+
+    touch_order = "head-first"
+
+    def __init__(self, depths: bool = False) -> None:
+        self._depths = depths
+        self._pos: dict[int, int] = {}
+        self._t = 0
+
+    def current_unique_blocks(self) -> int:
+        """Distinct blocks tracked now. O(1)."""
+        return len(self._pos)
+
+    def process_batch(self, keys: np.ndarray, offsets: np.ndarray) -> BatchResult:
+        """Replay request r = ``keys[offsets[r]:offsets[r + 1]]`` (int64, head first,
+        distinct, prefix-chained) for every r in order, on an engine that has replayed
+        nothing before (a batch engine); ``depths`` and ``touches`` are None unless the
+        engine was made with ``depths``."""
+        if self._t:
+            raise ValueError("a HeadFirstStaircases engine replays one batch")
+        offsets = np.asarray(offsets, np.int64)
+        runs = self._runs(np.asarray(keys, np.int64).tolist(), offsets.tolist())
+        thr, hits, counts = _head_first_corners(offsets, *runs)
+        if not self._depths:
+            return BatchResult(offsets, thr, hits, counts, None, None)
+        depths, touches = _head_first_depths(offsets, *runs)
+        return BatchResult(offsets, thr, hits, counts, depths, touches)
+
+    def _runs(self, key_list: list[int], bounds: list[int]) -> tuple[np.ndarray, ...]:
+        """Every run of tracked blocks: ``(request, first block, length, depth of its first
+        block)`` as int64 arrays, request by request, head first."""
+        size = len(key_list)
+        tree = [0] * (size + 1)  # Fenwick over positions 1..K: dead lengths by run start
+        pos = self._pos
+        get = pos.get
+        t = dead = 0
+        out_request: list[int] = []
+        out_first: list[int] = []
+        out_length: list[int] = []
+        out_depth: list[int] = []
+        for r, (a, b) in enumerate(pairwise(bounds)):
+            ks = key_list[a:b]
+            old = list(map(get, ks))
+            try:
+                h = old.index(None)
+            except ValueError:
+                h = b - a
+            if h:
+                cuts = [0]
+                prev = old[0]
+                for k in range(1, h):
+                    p = old[k]
+                    if p != prev + 1:
+                        cuts.append(k)
+                    prev = p
+                cuts.append(h)
+                for first, stop in pairwise(cuts):
+                    i = old[first] + 1  # dead positions >= p: all but those at or below p
+                    below = 0
+                    while i > 0:
+                        below += tree[i]
+                        i -= i & -i
+                    out_request.append(r)
+                    out_first.append(first)
+                    out_length.append(stop - first)
+                    out_depth.append(t - old[first] - (dead - below))
+                for first, stop in pairwise(cuts):  # the runs die after every read
+                    i = old[first] + 1
+                    length = stop - first
+                    while i <= size:
+                        tree[i] += length
+                        i += i & -i
+                    dead += length
+            pos.update(zip(ks, range(t, t + b - a), strict=True))
+            t += b - a
+        self._t = t
+        return tuple(
+            np.array(values, np.int64) for values in (out_request, out_first, out_length, out_depth)
+        )
+
+
+def _head_first_corners(
+    offsets: np.ndarray, request: np.ndarray, first: np.ndarray, length: np.ndarray,
+    depth: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """``(thr, hits, counts)`` from the runs: a run starting deeper than every run before
+    it in its request is a corner (its depth, hits up to the next such run or the tracked
+    head's end). O(runs) numpy work."""
+    n = offsets.shape[0] - 1
+    thr_out = np.zeros(int(offsets[-1]), np.int64)
+    hits_out = np.zeros(int(offsets[-1]), np.int64)
+    if not request.shape[0]:
+        return thr_out, hits_out, np.zeros(n, np.int64)
+    big = int(depth.max()) + 1
+    lifted = np.maximum.accumulate(request * big + depth) - request * big
+    new_request = np.ones(request.shape[0], bool)
+    new_request[1:] = request[1:] != request[:-1]
+    record = new_request.copy()
+    record[1:] |= depth[1:] > lifted[:-1]
+    corner = np.flatnonzero(record)
+    owner = request[corner]
+    tracked = np.bincount(request, weights=length, minlength=n).astype(np.int64)
+    nxt = np.empty(corner.shape[0], np.int64)  # the next corner's first block, or the end
+    nxt[:-1] = first[corner[1:]]
+    last = np.ones(corner.shape[0], bool)
+    last[:-1] = owner[1:] != owner[:-1]
+    nxt[last] = tracked[owner[last]]
+    counts = np.bincount(owner, minlength=n).astype(np.int64)
+    corner_first = np.zeros(n, np.int64)
+    np.cumsum(counts[:-1], out=corner_first[1:])
+    slot = offsets[:-1][owner] + np.arange(corner.shape[0], dtype=np.int64) - corner_first[owner]
+    thr_out[slot] = depth[corner]
+    hits_out[slot] = nxt
+    return thr_out, hits_out, counts
+
+
+def _head_first_depths(
+    offsets: np.ndarray, request: np.ndarray, first: np.ndarray, length: np.ndarray,
+    depth: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """``(depths, touches)`` from the runs (see :class:`HeadFirstStaircases`). O(tracked
+    blocks x runs per request) numpy work."""
+    total = int(offsets[-1])
+    depths = np.full(total, -1, np.int64)
+    touches = np.full(total, -1, np.int64)
+    if not request.shape[0]:
+        return depths, touches
+    run_of = np.repeat(np.arange(request.shape[0], dtype=np.int64), length)
+    run_start = np.zeros(request.shape[0], np.int64)  # each run's first block, flattened
+    np.cumsum(length[:-1], out=run_start[1:])
+    within = np.arange(run_of.shape[0], dtype=np.int64) - run_start[run_of]
+    slot = offsets[:-1][request[run_of]] + first[run_of] + within
+    block_depth = depth[run_of] - within
+    depths[slot] = block_depth
+    touch = depth[run_of].copy()  # D: this run's deeper blocks touched before each block
+    # the request's earlier runs: pairs (earlier, later) of one request
+    new_request = np.ones(request.shape[0], bool)
+    new_request[1:] = request[1:] != request[:-1]
+    opener = np.maximum.accumulate(np.where(new_request, np.arange(request.shape[0]), 0))
+    before = np.arange(request.shape[0], dtype=np.int64) - opener  # earlier runs, same request
+    if before.any():
+        later = np.repeat(np.arange(request.shape[0], dtype=np.int64), before)
+        pair_start = np.zeros(request.shape[0], np.int64)
+        np.cumsum(before[:-1], out=pair_start[1:])
+        earlier = opener[later] + (np.arange(later.shape[0], dtype=np.int64) - pair_start[later])
+        # each pair over the later run's blocks
+        pair_of = np.repeat(np.arange(later.shape[0], dtype=np.int64), length[later])
+        pair_first = np.zeros(later.shape[0], np.int64)
+        np.cumsum(length[later][:-1], out=pair_first[1:])
+        block = run_start[later[pair_of]] + (
+            np.arange(pair_of.shape[0], dtype=np.int64) - pair_first[pair_of]
+        )
+        e = earlier[pair_of]
+        np.add.at(touch, block, np.clip(depth[e] - block_depth[block], 0, length[e]))
+    touches[slot] = touch
     return depths, touches

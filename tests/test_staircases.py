@@ -19,7 +19,12 @@ from litehit_core.block_lru import BlockLRU
 from litehit_core.engine import AUTO_STAIRCASE_KEYS, staircase_batch_engine
 from litehit_core.errors import InvalidRequestError
 from litehit_core.prefix_hash import keys_name_their_prefix
-from litehit_core.staircases import BatchResult, LiteHitStaircases, ramps_to_staircases
+from litehit_core.staircases import (
+    BatchResult,
+    HeadFirstStaircases,
+    LiteHitStaircases,
+    ramps_to_staircases,
+)
 from litehit_service.cli import main
 from litehit_service.offline.simulate import load_workload, replay_workload, report
 
@@ -45,15 +50,20 @@ def hits_at(steps: list[tuple[int, int]], capacity: int | None) -> int:
     return max([h for t, h in steps if capacity is None or t <= capacity], default=0)
 
 
+ORDERS = ("tail-first", "head-first")
+ENGINES = {"tail-first": LiteHitStaircases, "head-first": HeadFirstStaircases}
+
+
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("seed", range(4))
-def test_every_capacity_equals_a_naive_tail_first_lru(seed: int) -> None:
+def test_every_capacity_equals_a_naive_lru(order: str, seed: int) -> None:
     rng = random.Random(seed)
     trace = tree_trace(rng, 300, max_new=7)
     keys, offsets = flat(trace)
-    engine = LiteHitStaircases()
+    engine = ENGINES[order]()
     batch = engine.process_batch(keys, offsets)
     caps = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, None]
-    naive = oracle_hits(trace, caps, order="tail-first")
+    naive = oracle_hits(trace, caps, order=order)
     for r, want in enumerate(naive):
         assert [hits_at(staircase(batch, r), c) for c in caps] == want, r
     assert sum(row[0] for row in naive) < sum(row[-1] for row in naive)  # capacities differ
@@ -61,36 +71,39 @@ def test_every_capacity_equals_a_naive_tail_first_lru(seed: int) -> None:
     assert engine.current_unique_blocks() == len({k for keys in trace for k in keys})
 
 
-def _same_as_block_lru(trace: list[list[int]]) -> bool:
-    """Whether the trace was compared (keys naming their prefix: LiteHit's exactness
-    contract; the registry never picks it otherwise); asserts the engines agree."""
+def _same_as_block_lru(trace: list[list[int]], order: str) -> bool:
+    """Whether the trace was compared (keys naming their prefix: the interpreter engines'
+    exactness contract; the registry never picks them otherwise); asserts the engines
+    agree."""
     keys, offsets = flat(trace)
     if not keys_name_their_prefix(keys, offsets):
         return False
-    ours = LiteHitStaircases(depths=True)
-    theirs = BlockLRU("tail-first")
+    ours = ENGINES[order](depths=True)
+    theirs = BlockLRU(order)
     got, want = ours.process_batch(keys, offsets), theirs.process_batch(keys, offsets)
     assert np.array_equal(got.counts, want.counts)
     assert np.array_equal(got.depths, want.depths)  # snapshot depths of the cached prefix
-    assert np.array_equal(got.touches, want.touches)  # each touch's depth, tail first
+    assert np.array_equal(got.touches, want.touches)  # each touch's depth, in touch order
     for r in range(len(trace)):
         assert staircase(got, r) == staircase(want, r), r
     assert ours.current_unique_blocks() == theirs.current_unique_blocks()
     return True
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("seed", range(3))
-def test_corners_equal_the_compiled_engine_on_long_shared_prefixes(seed: int) -> None:
+def test_corners_equal_the_compiled_engine_on_long_shared_prefixes(order: str, seed: int) -> None:
     rng = random.Random(100 + seed)
-    assert _same_as_block_lru(tree_trace(rng, 2000, max_new=12, min_new=1))
+    assert _same_as_block_lru(tree_trace(rng, 2000, max_new=12, min_new=1), order)
 
 
-def test_seeded_stress_over_a_million_blocks_equals_the_compiled_engine() -> None:
+@pytest.mark.parametrize("order", ORDERS)
+def test_seeded_stress_over_a_million_blocks_equals_the_compiled_engine(order: str) -> None:
     """70,000 prefix-chained requests, ~2.1 M keys over ~1.1 M distinct blocks: corners,
     depths, touches and the tracked count equal the compiled engine's, array for array."""
     trace = tree_trace(random.Random(11), 70_000, max_new=30, min_new=1)
     assert len({k for keys in trace for k in keys}) > 1_000_000
-    assert _same_as_block_lru(trace)
+    assert _same_as_block_lru(trace, order)
 
 
 @settings(max_examples=60, deadline=None)
@@ -99,7 +112,17 @@ def test_property_prefix_chained_traces_equal_the_compiled_engine(data: st.DataO
     seed = data.draw(st.integers(0, 2**32 - 1))
     n = data.draw(st.integers(0, 60))
     fresh = data.draw(st.integers(1, 6))
-    assert _same_as_block_lru(tree_trace(random.Random(seed), n, max_new=fresh))
+    order = data.draw(st.sampled_from(ORDERS))
+    assert _same_as_block_lru(tree_trace(random.Random(seed), n, max_new=fresh), order)
+
+
+def test_a_head_first_engine_replays_one_batch() -> None:
+    engine = HeadFirstStaircases()
+    keys, offsets = flat([[1, 2], [1, 3]])
+    first = engine.process_batch(keys, offsets)
+    assert staircase(first, 1) == [(2, 1)]  # 1 is under 2 (touched after it): depth 2
+    with pytest.raises(ValueError, match="replays one batch"):
+        engine.process_batch(keys, offsets)
 
 
 def test_ramps_to_staircases_by_hand() -> None:
@@ -134,7 +157,9 @@ def test_the_registry_picks_the_interpreter_only_where_it_answers() -> None:
     assert picked("tail-first", depths=False) == "LiteHitStaircases"
     assert picked("tail-first", reordered, depths=False) == "BlockLRU"  # not exact there
     assert picked("tail-first") == "LiteHitStaircases"  # depths derived
-    assert picked("head-first", depths=False) == "BlockLRU"
+    assert picked("head-first", depths=False) == "HeadFirstStaircases"
+    assert picked("head-first") == "HeadFirstStaircases"
+    assert picked("head-first", reordered) == "BlockLRU"
     assert picked("tail-first", depths=False, engine="compact") == "BlockLRU"
     assert picked("tail-first", depths=False, engine="python") == "LiteHitStaircases"
     assert type(staircase_batch_engine("tail-first", depths=False)[0]).__name__ == "BlockLRU"
@@ -143,8 +168,6 @@ def test_the_registry_picks_the_interpreter_only_where_it_answers() -> None:
     assert picked("tail-first", below, depths=False) == "LiteHitStaircases"
     big = np.arange(n, dtype=np.int64), np.array([0, n], np.int64)
     assert picked("tail-first", big, depths=False) == "BlockLRU"
-    with pytest.raises(InvalidRequestError, match="tail-first order only; touch order 'head-"):
-        staircase_batch_engine("head-first", depths=False, engine="python")
     with pytest.raises(InvalidRequestError, match="exact only when every key always follows"):
         staircase_batch_engine(
             "tail-first", keys=reordered[0], offsets=reordered[1], depths=False, engine="python"
@@ -169,37 +192,49 @@ def test_report_refuses_a_replay_without_depths() -> None:
         report(replay, 2**30)
 
 
-def test_sweep_engines_print_the_same_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("order", ORDERS)
+def test_sweep_engines_print_the_same_sweep(order: str, capsys: pytest.CaptureFixture[str]) -> None:
     outputs = {}
     for engine in ("auto", "python", "compact"):
         argv = ["sweep", "-i", str(FIXTURE), "--json", "--no-plot", "--engine", engine,
                 "--min-capacity-gib", repr(2 * KV / 2**30), "--max-capacity-gib",
-                repr(300 * KV / 2**30), "--points", "9"]  # fmt: skip
+                repr(300 * KV / 2**30), "--points", "9", "--touch-order", order]  # fmt: skip
         assert main(argv) == 0
         data = json.loads(capsys.readouterr().out)
         outputs[engine] = data
     assert outputs["auto"] == outputs["python"] == outputs["compact"]
     assert len({p["hit_rate"] for p in outputs["auto"]["points"]}) > 3  # the curve rises
-    code = main(["sweep", "-i", str(FIXTURE), "--no-plot", "--engine", "python",
-                 "--touch-order", "head-first"])  # fmt: skip
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.strip() == (
-        "litehit sweep: error: --engine python: engine 'python' replays the tail-first order "
-        "only; touch order 'head-first' needs 'compact'"
+
+
+def test_the_python_engine_refuses_keys_that_do_not_name_their_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = {"timestamp": 1.0, "request_id": "r", "model_name": "m", "chunk_size": 4,
+            "seq_len": 8, "dtypes": ["bfloat16"], "shapes": [[1, 4, 8]]}  # fmt: skip
+    rows = [{**line, "chunk_hashes": h} for h in (["0x1", "0x2"], ["0x2", "0x1"])]
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    argv = ["sweep", "-i", str(log), "--json", "--no-plot"]
+    assert main([*argv, "--engine", "auto"]) == 0  # auto takes the compiled engine
+    capsys.readouterr()
+    assert main([*argv, "--engine", "python"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "litehit sweep: error: engine 'python' is exact only when every key always follows "
+        "the same parent (prefix-chained keys); these keys do not: use 'compact'"
     )
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize(
     "words", [["sweep"], ["simulate", "--cache-capacity-gib", "0.001"]], ids=["sweep", "simulate"]
 )
-def test_small_tail_first_commands_import_no_numba_and_no_matplotlib(
-    tmp_path: Path, words: list[str]
+def test_small_commands_import_no_numba_and_no_matplotlib(
+    tmp_path: Path, words: list[str], order: str
 ) -> None:
-    """The point of the interpreter engine: ``litehit sweep`` and report-only ``litehit
-    simulate`` on a small log in the default order start no numba (its import and kernel
-    load cost more than half of such a command), nor matplotlib without a figure."""
-    argv = [*words, "-i", str(FIXTURE), "--json", "--no-plot"]
+    """The point of the interpreter engines: ``litehit sweep`` and report-only ``litehit
+    simulate`` on a small log start no numba (its import and kernel load cost more than
+    half of such a command), nor matplotlib without a figure."""
+    argv = [*words, "-i", str(FIXTURE), "--json", "--no-plot", "--touch-order", order]
     code = (
         "import sys\n"
         "from litehit_service.cli import main\n"
@@ -210,11 +245,12 @@ def test_small_tail_first_commands_import_no_numba_and_no_matplotlib(
     proc = run_python(tmp_path, code=code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[-1] == "[]"
-    assert json.loads(proc.stdout)["input"]["touch_order"] == "tail-first"
+    assert json.loads(proc.stdout)["input"]["touch_order"] == order
 
 
+@pytest.mark.parametrize("order", ORDERS)
 def test_simulate_engines_print_the_same_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    order: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The whole report (Stats 1-7: positions at hit and evictions read the per-block
     depths) is the same from the interpreter engine as from the compiled one."""
@@ -222,7 +258,7 @@ def test_simulate_engines_print_the_same_report(
     for engine in ("auto", "python", "compact"):
         for gib in ("-1", repr(40 * KV / 2**30), repr(3 * KV / 2**30)):
             argv = ["simulate", "-i", str(FIXTURE), "--json", "--no-plot", "--engine", engine,
-                    "--cache-capacity-gib", gib]  # fmt: skip
+                    "--cache-capacity-gib", gib, "--touch-order", order]  # fmt: skip
             assert main(argv) == 0
             reports[engine, gib] = json.loads(capsys.readouterr().out)
     for (engine, gib), data in reports.items():

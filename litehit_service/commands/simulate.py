@@ -38,9 +38,9 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="mooncake/standard: tokens per key (default 512 / 256)")  # fmt: skip
     add_touch_order(p)
     p.add_argument("--engine", choices=STAIRCASE_ENGINES, default="auto",
-                   help="python (the tail-first order only; no numba start-up), compact "
-                   "(compiled, either order) or auto (python for tail-first inputs of fewer "
-                   f"than {AUTO_STAIRCASE_KEYS:,} chunks whose hashes name their prefix); the "
+                   help="python (no numba start-up; hashes that name their prefix only), "
+                   "compact (compiled, any hashes) or auto (python for inputs of fewer than "
+                   f"{AUTO_STAIRCASE_KEYS:,} chunks whose hashes name their prefix); the "
                    "numbers are identical")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")

@@ -5,7 +5,7 @@ The workload (:func:`load_workload`) is every request of the inputs as one strea
 one cache, sorted by time and cut to ``max_samples``, as LMCache's simulator takes it; an
 LMCache log, a Mooncake trace or a standard trace. :func:`replay_workload` runs it once
 in the chosen touch order, through :class:`~litehit_core.block_lru.BlockLRU` (one compiled
-loop) or, for a small tail-first workload of prefix-chained keys, the interpreter engine
+loop) or, for a small workload of prefix-chained keys, an interpreter engine
 (:mod:`litehit_core.staircases`: no numba start-up), and keeps, per request, its staircase
 fact, the depth of each cached prefix chunk and the depth of each touch. Everything a
 capacity asks for is then arithmetic on arrays:
