@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 _HIST = {"histtype": "stepfilled", "edgecolor": "black", "linewidth": 0.5, "alpha": 0.85}
+_FIXED_TITLES = {"axes.titley": 1.0}
+"""Axes made under this rc put their titles at the fixed place: matplotlib's automatic
+placement measures every axis's tick labels to dodge a top axis these figures do not
+have (the same pixels; ~10 % of ``savefig``, bench/README.md issue 25)."""
 
 
 def _curve_xy(replay: Replay, x_max_chunks: float, samples: int = 600) -> tuple[np.ndarray, ...]:
@@ -37,6 +41,7 @@ def _curve_xy(replay: Replay, x_max_chunks: float, samples: int = 600) -> tuple[
 
 def report_figure(replay: Replay, data: dict[str, Any]) -> Figure:
     """The 3x3 statistics figure of :func:`~litehit_service.offline.simulate.report`."""
+    from matplotlib import rc_context
     from matplotlib.figure import Figure
 
     w = replay.workload
@@ -47,7 +52,8 @@ def report_figure(replay: Replay, data: dict[str, Any]) -> Figure:
     rates = hit_tokens / w.seq_len * 100
     fig = Figure(figsize=(18, 12), dpi=80)
     fig.subplots_adjust(left=0.045, right=0.99, bottom=0.05, top=0.93, wspace=0.2, hspace=0.3)
-    axes = fig.subplots(3, 3)
+    with rc_context(_FIXED_TITLES):
+        axes = fig.subplots(3, 3)
     capacity = "unlimited" if chunks < 0 else f"{a['cache_capacity_gib']:.1f} GiB"
     fig.suptitle(
         f"Cache simulation statistics ({replay.touch_order}; chunk_size={w.first_chunk_size} "
@@ -155,13 +161,15 @@ def _draw_curve(ax: Any, replay: Replay, marked_chunks: int) -> None:
 def sweep_figure(replay: Replay, data: dict[str, Any], linear: bool = False) -> Figure:
     """The exact curve from the smallest to the largest swept capacity, the sweep's
     capacities marked on it, the theoretical maximum dashed."""
+    from matplotlib import rc_context
     from matplotlib.figure import Figure
 
     w = replay.workload
     kv = w.kv_bytes_per_chunk
     points = data["points"]
     fig = Figure(figsize=(9, 5), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
+    with rc_context(_FIXED_TITLES):
+        ax = fig.add_subplot()
     top_chunks = max(points[-1]["capacity_chunks"], 1)
     curve = replay.curve
     if linear:
