@@ -77,35 +77,50 @@ def ramps_to_staircases(
     ``offsets[r]``). O(hit blocks) numpy work (plus a sort if some request's thresholds
     are not ascending along its blocks)."""
     n = ramp_counts.shape[0]
-    total = int(runs.sum())
-    thr_out = np.zeros(int(offsets[-1]), np.int64)
-    hits_out = np.zeros(int(offsets[-1]), np.int64)
-    if not total:
-        return thr_out, hits_out, np.zeros(n, np.int64)
-    ramp_owner = np.repeat(np.arange(n, dtype=np.int64), ramp_counts)
-    first_block = np.zeros(runs.shape[0], np.int64)  # each ramp's first block, flattened
-    np.cumsum(runs[:-1], out=first_block[1:])
-    ramp_of = np.repeat(np.arange(runs.shape[0], dtype=np.int64), runs)
-    thr = starts[ramp_of] + (np.arange(total, dtype=np.int64) - first_block[ramp_of])
-    owner = ramp_owner[ramp_of]
+    ramp_of, k, _ = _spread(runs)
+    thr = starts[ramp_of] + k
+    owner = np.repeat(np.arange(n, dtype=np.int64), ramp_counts)[ramp_of]
     if np.any((thr[1:] < thr[:-1]) & (owner[1:] == owner[:-1])):
         thr = thr[np.lexsort((thr, owner))]
-    hit_blocks = np.bincount(owner, minlength=n)
-    request_first = np.zeros(n, np.int64)  # each request's first hit block, flattened
-    np.cumsum(hit_blocks[:-1], out=request_first[1:])
-    last = np.ones(total, bool)  # the last block of each threshold value: a corner
+    _, place, _ = _spread(np.bincount(owner, minlength=n))  # within the request's hit blocks
+    last = np.ones(thr.shape[0], bool)  # the last block of each threshold value: a corner
     last[:-1] = (owner[1:] != owner[:-1]) | (thr[1:] != thr[:-1])
     corner = np.flatnonzero(last)
-    corner_owner = owner[corner]
-    counts = np.bincount(corner_owner, minlength=n).astype(np.int64)
-    corner_first = np.zeros(n, np.int64)
-    np.cumsum(counts[:-1], out=corner_first[1:])
-    slot = offsets[:-1][corner_owner] + (
-        np.arange(corner.shape[0], dtype=np.int64) - corner_first[corner_owner]
-    )
-    thr_out[slot] = thr[corner]
-    hits_out[slot] = corner - request_first[corner_owner] + 1
+    return _lay_out(offsets, owner[corner], thr[corner], place[corner] + 1)
+
+
+def _spread(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces of ``lengths`` laid end to end: each element's piece, its place in the piece,
+    and where each piece starts. O(total)."""
+    lengths = np.asarray(lengths, np.int64)
+    piece_starts = np.zeros(lengths.shape[0], np.int64)
+    np.cumsum(lengths[:-1], out=piece_starts[1:])
+    piece = np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
+    return piece, np.arange(piece.shape[0], dtype=np.int64) - piece_starts[piece], piece_starts
+
+
+def _lay_out(
+    offsets: np.ndarray, owner: np.ndarray, thr: np.ndarray, hits: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Corners (``owner`` ascending: request after request) laid out as
+    :class:`BatchResult` holds them: ``(thr, hits, counts)``, request r's corners from
+    ``offsets[r]`` on. O(keys)."""
+    size = int(offsets[-1])
+    thr_out = np.zeros(size, np.int64)
+    hits_out = np.zeros(size, np.int64)
+    counts = np.bincount(owner, minlength=offsets.shape[0] - 1).astype(np.int64)
+    _, place, _ = _spread(counts)
+    slot = offsets[:-1][owner] + place
+    thr_out[slot] = thr
+    hits_out[slot] = hits
     return thr_out, hits_out, counts
+
+
+def _firsts(ids: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of ``ids`` (sorted) begins: a bool per element."""
+    first = np.ones(ids.shape[0], bool)
+    first[1:] = ids[1:] != ids[:-1]
+    return first
 
 
 class LiteHitStaircases:
@@ -118,8 +133,6 @@ class LiteHitStaircases:
     :class:`LiteHit`)."""
 
     __slots__ = ("_depths", "_engine")
-
-    touch_order = "tail-first"
 
     def __init__(self, depths: bool = False) -> None:
         self._engine = LiteHit()
@@ -173,13 +186,10 @@ def _prefix_depths(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(depths, touches)`` of :meth:`LiteHitStaircases.process_batch` from its corners.
     O(K) numpy work."""
-    lengths = np.diff(offsets)
-    owner = np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
-    place = np.arange(owner.shape[0], dtype=np.int64) - offsets[:-1][owner]
+    owner, place, _ = _spread(np.diff(offsets))
     tracked = place < counts[owner]
     depths = np.where(tracked, thr, -1)
-    mirror = offsets[:-1][owner] + offsets[1:][owner] - 1 - np.arange(owner.shape[0])
-    before = depths[mirror]  # the snapshot depth of the block touched i-th (tail first)
+    before = depths[offsets[1:][owner] - 1 - place]  # the block touched place-th, tail first
     touches = np.where(before >= 0, before + place, -1)
     return depths, touches
 
@@ -203,8 +213,6 @@ class HeadFirstStaircases:
     for K keys plus O(runs log K) interpreter steps."""
 
     __slots__ = ("_depths", "_pos", "_t")
-
-    touch_order = "head-first"
 
     def __init__(self, depths: bool = False) -> None:
         self._depths = depths
@@ -290,32 +298,19 @@ def _head_first_corners(
     """``(thr, hits, counts)`` from the runs: a run starting deeper than every run before
     it in its request is a corner (its depth, hits up to the next such run or the tracked
     head's end). O(runs) numpy work."""
-    n = offsets.shape[0] - 1
-    thr_out = np.zeros(int(offsets[-1]), np.int64)
-    hits_out = np.zeros(int(offsets[-1]), np.int64)
-    if not request.shape[0]:
-        return thr_out, hits_out, np.zeros(n, np.int64)
-    big = int(depth.max()) + 1
+    big = int(depth.max(initial=0)) + 1
     lifted = np.maximum.accumulate(request * big + depth) - request * big
-    new_request = np.ones(request.shape[0], bool)
-    new_request[1:] = request[1:] != request[:-1]
-    record = new_request.copy()
+    record = _firsts(request)
     record[1:] |= depth[1:] > lifted[:-1]
     corner = np.flatnonzero(record)
     owner = request[corner]
-    tracked = np.bincount(request, weights=length, minlength=n).astype(np.int64)
+    tracked = np.bincount(request, weights=length, minlength=offsets.shape[0] - 1).astype(np.int64)
     nxt = np.empty(corner.shape[0], np.int64)  # the next corner's first block, or the end
     nxt[:-1] = first[corner[1:]]
     last = np.ones(corner.shape[0], bool)
     last[:-1] = owner[1:] != owner[:-1]
     nxt[last] = tracked[owner[last]]
-    counts = np.bincount(owner, minlength=n).astype(np.int64)
-    corner_first = np.zeros(n, np.int64)
-    np.cumsum(counts[:-1], out=corner_first[1:])
-    slot = offsets[:-1][owner] + np.arange(corner.shape[0], dtype=np.int64) - corner_first[owner]
-    thr_out[slot] = depth[corner]
-    hits_out[slot] = nxt
-    return thr_out, hits_out, counts
+    return _lay_out(offsets, owner, depth[corner], nxt)
 
 
 def _head_first_depths(
@@ -327,33 +322,20 @@ def _head_first_depths(
     total = int(offsets[-1])
     depths = np.full(total, -1, np.int64)
     touches = np.full(total, -1, np.int64)
-    if not request.shape[0]:
-        return depths, touches
-    run_of = np.repeat(np.arange(request.shape[0], dtype=np.int64), length)
-    run_start = np.zeros(request.shape[0], np.int64)  # each run's first block, flattened
-    np.cumsum(length[:-1], out=run_start[1:])
-    within = np.arange(run_of.shape[0], dtype=np.int64) - run_start[run_of]
+    run_of, within, run_start = _spread(length)
     slot = offsets[:-1][request[run_of]] + first[run_of] + within
     block_depth = depth[run_of] - within
     depths[slot] = block_depth
     touch = depth[run_of].copy()  # D: this run's deeper blocks touched before each block
     # the request's earlier runs: pairs (earlier, later) of one request
-    new_request = np.ones(request.shape[0], bool)
-    new_request[1:] = request[1:] != request[:-1]
-    opener = np.maximum.accumulate(np.where(new_request, np.arange(request.shape[0]), 0))
-    before = np.arange(request.shape[0], dtype=np.int64) - opener  # earlier runs, same request
+    runs = np.arange(request.shape[0], dtype=np.int64)
+    opener = np.maximum.accumulate(np.where(_firsts(request), runs, 0))
+    before = runs - opener  # earlier runs of the same request
     if before.any():
-        later = np.repeat(np.arange(request.shape[0], dtype=np.int64), before)
-        pair_start = np.zeros(request.shape[0], np.int64)
-        np.cumsum(before[:-1], out=pair_start[1:])
-        earlier = opener[later] + (np.arange(later.shape[0], dtype=np.int64) - pair_start[later])
-        # each pair over the later run's blocks
-        pair_of = np.repeat(np.arange(later.shape[0], dtype=np.int64), length[later])
-        pair_first = np.zeros(later.shape[0], np.int64)
-        np.cumsum(length[later][:-1], out=pair_first[1:])
-        block = run_start[later[pair_of]] + (
-            np.arange(pair_of.shape[0], dtype=np.int64) - pair_first[pair_of]
-        )
+        later, back, _ = _spread(before)
+        earlier = opener[later] + back
+        pair_of, k, _ = _spread(length[later])  # each pair over the later run's blocks
+        block = run_start[later[pair_of]] + k
         e = earlier[pair_of]
         np.add.at(touch, block, np.clip(depth[e] - block_depth[block], 0, length[e]))
     touches[slot] = touch
