@@ -80,7 +80,6 @@ __all__ = [
     "PolicyModel",
     "ReplayEngine",
     "auto_lru_engine",
-    "check_staircase_engine",
     "create_engine",
     "model_for",
     "policy_entry",
@@ -352,7 +351,8 @@ def auto_lru_engine(trace_bytes: int) -> str:
 
 
 STAIRCASE_ENGINES = ("auto", "python", "compact")
-"""The implementations :func:`staircase_batch_engine` offers (``litehit sweep --engine``)."""
+"""The implementations :func:`staircase_batch_engine` offers (``litehit simulate|sweep
+--engine``)."""
 AUTO_STAIRCASE_KEYS = 1_000_000
 """``auto`` answers a workload of fewer keys (that name their prefix) with the interpreter
 engine (see :func:`staircase_batch_engine`): it starts no numba (~0.35 s of import and
@@ -360,17 +360,6 @@ kernel loading), and as commands the two tie from ~1.1 M keys on
 (``bench/bench_commands.py``, 2026-12-04, 2 cores: sweep 0.44 s vs 0.95 s on the Mooncake
 log's 276 k keys, 1.96 s vs 2.02 s at 1.1 M, 3.7 s vs 3.6 s at 2.2 M), where the compiled
 engine's smaller memory decides."""
-
-
-def check_staircase_engine(touch_order: str, engine: str) -> None:
-    """Whether :func:`staircase_batch_engine` can answer ``touch_order`` with ``engine``,
-    checked before any input is read: InvalidRequestError naming the value otherwise.
-    O(1)."""
-    touch_order_model(touch_order)  # validates the order
-    if engine not in STAIRCASE_ENGINES:
-        raise InvalidRequestError(
-            f"engine must be one of {list(STAIRCASE_ENGINES)}, got {engine!r}"
-        )
 
 
 def staircase_batch_engine(
@@ -399,7 +388,11 @@ def staircase_batch_engine(
     of K keys."""
     from litehit_core.prefix_hash import keys_name_their_prefix
 
-    check_staircase_engine(touch_order, engine)
+    touch_order_model(touch_order)  # validates the order
+    if engine not in STAIRCASE_ENGINES:
+        raise InvalidRequestError(
+            f"engine must be one of {list(STAIRCASE_ENGINES)}, got {engine!r}"
+        )
     small = keys is not None and len(keys) < AUTO_STAIRCASE_KEYS
     wanted = engine == "python" or (engine == "auto" and small)
     if wanted and keys is not None and offsets is not None:

@@ -92,17 +92,10 @@ def plot_format(path: str, flag: str = "-o/--output") -> str:
 
 def load(args: argparse.Namespace, *, depths: bool = True) -> Any:
     """The workload and its one replay, from the shared input options (``depths`` as
-    :func:`~litehit_service.offline.simulate.replay_workload` takes it); the engine and
-    touch order are checked before the input is read."""
-    from litehit_core.engine import check_staircase_engine
-    from litehit_core.errors import InvalidRequestError
+    :func:`~litehit_service.offline.simulate.replay_workload` takes it; the parser's
+    choices already bound ``--engine`` and ``--touch-order``)."""
     from litehit_service.offline.simulate import load_workload, replay_workload
 
-    order = args.touch_order or "tail-first"
-    try:
-        check_staircase_engine(order, args.engine)
-    except InvalidRequestError as exc:
-        raise UsageError(f"--engine {args.engine}: {exc}") from None
     if args.max_samples is not None and args.max_samples < 0:
         raise UsageError(f"-n/--max-samples must be >= 0, got {args.max_samples}")
     workload = load_workload(
@@ -114,7 +107,9 @@ def load(args: argparse.Namespace, *, depths: bool = True) -> Any:
         block_size=args.block_size,
         max_line_bytes=args.max_line_bytes,
     )
-    return replay_workload(workload, order, depths=depths, engine=args.engine)
+    return replay_workload(
+        workload, args.touch_order or "tail-first", depths=depths, engine=args.engine
+    )
 
 
 def write_figure(path: str, fmt: str, draw: Any) -> None:
