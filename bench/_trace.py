@@ -140,6 +140,18 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, lis
     return times
 
 
+def interleaved_walls(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
+    """Wall seconds of each function, ``repeat`` rounds of one call each, in turn (for work
+    that a process's CPU time misses: worker processes, subprocesses, threads)."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def show(times: list[float]) -> str:
     """``best X ms  median Y ms`` of seconds."""
     return f"best {min(times) * 1e3:7.1f} ms  median {statistics.median(times) * 1e3:7.1f} ms"

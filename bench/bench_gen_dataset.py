@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE, mooncake_requests, write_lmcache_log  # noqa: E402
+from _trace import DEFAULT_TRACE, interleaved_walls, mooncake_requests, write_lmcache_log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = "lmcache.tools.cache_simulator.gen_bench_dataset"
@@ -102,17 +102,6 @@ def train_tokenizer(folder: Path, vocab: int) -> Path:
     return folder
 
 
-def best_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
-    """Wall seconds of each function, ``repeat`` rounds of one call each, in turn."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return times
-
-
 def run_process(argv: list[str], tmp: Path) -> tuple[float, int]:
     """Wall seconds and peak resident KiB (``VmHWM``, the process's own: ``ru_maxrss``
     would count the parent's pages shared before ``exec``) of one fresh process."""
@@ -150,7 +139,7 @@ def part_vocabulary(gen: Any, tok_dir: Path, repeat: int) -> None:
         assert theirs() == ids, "the safe vocabularies differ"
         fns = {"lmcache build_safe_vocab": theirs, **fns}
     print(f"safe vocabulary: {len(ids):,} safe ids (equal: {gen is not None})")
-    times = best_of(fns, repeat)
+    times = interleaved_walls(fns, repeat)
     for name, t in times.items():
         print(f"  {name:28s} {fmt(t)}")
     if len(times) == 2:

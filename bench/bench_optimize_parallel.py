@@ -34,12 +34,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE  # noqa: E402
+from _trace import DEFAULT_TRACE, interleaved_walls  # noqa: E402
 
 from litehit_core.policy_replay import warm_up  # noqa: E402
 from litehit_service.offline.optimize.config import load_optimize_config  # noqa: E402
@@ -112,17 +111,6 @@ def replay_sides(config: object, trace: object, workers: list[int]) -> dict[str,
     return sides
 
 
-def walls(sides: dict[str, Callable[[], object]], repeat: int) -> dict[str, list[float]]:
-    """Wall seconds of each side, ``repeat`` rounds, sides taking turns."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(repeat):
-        for name, fn in sides.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
 def show(name: str, t: list[float], base: list[float] | None) -> str:
     speed = f"  {min(base) / min(t):.2f}x" if base is not None else ""
     return (f"  {name:24s} best {min(t):7.3f} s  median {statistics.median(t):7.3f} s"
@@ -153,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             config = load_optimize_config(path)
             trace = load_trace(config, max_line_bytes=1 << 26)
             sides = replay_sides(config, trace, args.workers)
-            times = walls(sides, args.repeat)
+            times = interleaved_walls(sides, args.repeat)
             base = times["replay, 1 (sequential)"]
             for name, t in times.items():
                 print(show(name, t, None if t is base else base))
@@ -167,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 cli[f"cli, --max-workers {w}"] = lambda argv_w=argv_w: subprocess.run(
                     argv_w, check=True, capture_output=True
                 )
-            times = walls(cli, max(3, args.repeat // 2))
+            times = interleaved_walls(cli, max(3, args.repeat // 2))
             base = times["cli, --max-workers 1"]
             for name, t in times.items():
                 print(show(name, t, None if t is base else base))

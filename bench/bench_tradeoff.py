@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import DEFAULT_TRACE  # noqa: E402
+from _trace import DEFAULT_TRACE, interleaved_walls  # noqa: E402
 
 from litehit_core.policy_replay import warm_up  # noqa: E402
 from litehit_service.offline.optimize.config import load_optimize_config  # noqa: E402
@@ -72,17 +72,6 @@ def write_config(folder: Path, trace: Path, policy: str) -> Path:
     path = folder / "tradeoff.json"
     path.write_text(json.dumps(config, indent=1))
     return path
-
-
-def walls(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, list[float]]:
-    """Wall seconds of each function, ``repeat`` rounds of one call each, in turn."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return times
 
 
 def show(times: list[float]) -> str:
@@ -130,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 sides[f"cli, {w} worker{'s' if w > 1 else ''}"] = lambda a=argv_cli: subprocess.run(
                     a, check=True, capture_output=True
                 )
-        times = walls(sides, args.repeat)
+        times = interleaved_walls(sides, args.repeat)
         one = results[args.workers[0]]
         (curve,) = one.curves
         how = "replayed" if curve.method == "replay" else "read from LiteHit's exact curve"
