@@ -166,7 +166,8 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PromptTokenizer:
     """The tokenizer at ``path``: a directory holding ``tokenizer.json`` (with its
     ``tokenizer_config.json`` applied, :func:`apply_config`), a ``tokenizer.json`` file (the
     same as its directory) or another ``tokenizers`` file (alone); a directory without
-    ``tokenizer.json`` through transformers when installed. :class:`TokenizerUnavailable`
+    ``tokenizer.json``, or whose config names a model-specific class, through transformers
+    when installed (tokenizer.json is then not parsed here). :class:`TokenizerUnavailable`
     without the ``tokenizers`` library; :class:`TokenizerError` naming the path otherwise.
     Local files only. O(tokenizer file)."""
     tokenizers = import_tokenizers()
@@ -185,17 +186,13 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PromptTokenizer:
             f"--tokenizer {where}: no such file or directory (give a local directory holding "
             "tokenizer.json, or a tokenizer.json file)"
         )
-    try:
-        backend = tokenizers.Tokenizer.from_file(file)
-    except Exception as exc:  # the Rust side raises plain Exception
-        raise TokenizerError(f"--tokenizer {file}: not a tokenizers file: {exc}") from None
-    split = False
+    config: dict[str, Any] = {}
     note = ""
     if directory is not None:
         config = _json_file(os.path.join(directory, "tokenizer_config.json"))
         kind = config.get("tokenizer_class")
         if kind not in GENERIC_CLASSES:
-            loaded, why = _model_specific(directory, kind)
+            loaded, why = _model_specific(directory)
             if loaded is not None:
                 return loaded
             note = (
@@ -203,42 +200,56 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PromptTokenizer:
                 f"transformers builds in code; {why}, so gen-dataset reads tokenizer.json "
                 "(the two normally agree)"
             )
-        split = bool(config.get("split_special_tokens", False))
+    try:
+        backend = tokenizers.Tokenizer.from_file(file)
+    except Exception as exc:  # the Rust side raises plain Exception
+        raise TokenizerError(f"--tokenizer {file}: not a tokenizers file: {exc}") from None
+    if directory is not None:
         apply_config(backend, config, directory, tokenizers.AddedToken)
-    return FastTokenizer(backend, file, split, note)
+    return FastTokenizer(backend, file, bool(config.get("split_special_tokens", False)), note)
 
 
-def _model_specific(directory: str, kind: object) -> tuple[PromptTokenizer | None, str]:
-    """A folder whose config names a model-specific ``tokenizer_class`` loaded as LMCache
-    loads it, by transformers (``AutoTokenizer``, local files, no remote code): its own
-    pipeline. ``(None, why not)`` when transformers is not installed or cannot load it."""
+def _auto_tokenizer(directory: str) -> PromptTokenizer:
+    """``directory`` loaded by transformers' ``AutoTokenizer`` (local files, no remote
+    code), as LMCache loads it, and wrapped (:func:`wrap_transformers`).
+    TokenizerUnavailable without transformers; TokenizerError (the exception's type and
+    text) when transformers cannot load it."""
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        return None, "transformers is not installed (pip install transformers for it)"
+        raise TokenizerUnavailable("transformers is not installed") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     except Exception as exc:
-        return None, f"transformers cannot load it ({type(exc).__name__}: {exc})"
-    return wrap_transformers(tokenizer, directory), ""
+        raise TokenizerError(f"{type(exc).__name__}: {exc}") from None
+    return wrap_transformers(tokenizer, directory)
+
+
+def _model_specific(directory: str) -> tuple[PromptTokenizer | None, str]:
+    """A folder whose config names a model-specific ``tokenizer_class``, through
+    transformers (:func:`_auto_tokenizer`): that class's own pipeline. ``(None, why not)``
+    when transformers is not installed or cannot load it."""
+    try:
+        return _auto_tokenizer(directory), ""
+    except TokenizerUnavailable:
+        return None, "transformers is not installed (pip install transformers for it)"
+    except TokenizerError as exc:
+        return None, f"transformers cannot load it ({exc})"
 
 
 def _from_transformers(directory: str) -> PromptTokenizer:
-    """A directory without tokenizer.json, loaded by transformers (fast: its backend)."""
+    """A directory without tokenizer.json, loaded by transformers (:func:`_auto_tokenizer`)."""
     try:
-        from transformers import AutoTokenizer
-    except ImportError:
+        return _auto_tokenizer(directory)
+    except TokenizerUnavailable:
         raise TokenizerError(
             f"--tokenizer {directory}: the directory holds no tokenizer.json (install "
             "transformers to load other tokenizer files, or give a directory with tokenizer.json)"
         ) from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except Exception as exc:
+    except TokenizerError as exc:
         raise TokenizerError(
-            f"--tokenizer {directory}: transformers cannot load it: {type(exc).__name__}: {exc}"
+            f"--tokenizer {directory}: transformers cannot load it: {exc}"
         ) from None
-    return wrap_transformers(tokenizer, directory)
 
 
 def wrap_transformers(tokenizer: Any, directory: str) -> PromptTokenizer:
