@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from litehit_service.offline.traces import read_mooncake
+from litehit_service.traces.readers import read_mooncake
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DEFAULT_TRACE = SHARED / "traces/mooncake/conversation_trace.jsonl"

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE  # noqa: E402
 
 from litehit_core.prefix_hash import apply_prefix_hash  # noqa: E402
-from litehit_service.offline.traces import read_mooncake  # noqa: E402
+from litehit_service.traces.readers import read_mooncake  # noqa: E402
 
 SUB = 32  # 16-token Bailian ids per 512-token Mooncake block
 

@@ -123,7 +123,7 @@ def fmt(times: list[float]) -> str:
 
 
 def part_vocabulary(gen: Any, tok_dir: Path, repeat: int) -> None:
-    from litehit_service.offline.tokenizer import load_tokenizer, safe_vocabulary
+    from litehit_service.lmcache.gen_dataset.tokenizer import load_tokenizer, safe_vocabulary
 
     def ours() -> list[int]:
         return safe_vocabulary(load_tokenizer(tok_dir))

@@ -66,8 +66,8 @@ from _trace import (  # noqa: E402
     write_lmcache_log,
 )
 
-import litehit_service.offline.traces  # noqa: E402
-from litehit_service.offline.traces import read_lmcache  # noqa: E402
+import litehit_service.traces.readers  # noqa: E402
+from litehit_service.traces.readers import read_lmcache  # noqa: E402
 
 LMCACHE_VERSION = "0.5.6"
 CAPACITY_GIB = 64
@@ -265,7 +265,7 @@ def part_simulate(ctx: Context) -> None:
 def _check_report(ctx: Context) -> None:
     """LMCache's simulate and ``litehit simulate --touch-order head-first`` agree on the
     aggregate numbers at the benchmark's capacity (the tests check every statistic)."""
-    from litehit_service.offline.simulate import load_workload, replay_workload, report
+    from litehit_service.lmcache.simulator.simulate import load_workload, replay_workload, report
 
     sim = ctx.simulator
     events = sim.load_lookup_events([ctx.log])
@@ -306,7 +306,7 @@ def part_sweep(ctx: Context) -> None:
 
 def _check_sweep(ctx: Context, plot_mod: ModuleType) -> None:
     """Both sweeps give the same hit rate at each of the 30 capacities."""
-    from litehit_service.offline.simulate import load_workload, replay_workload, sweep
+    from litehit_service.lmcache.simulator.simulate import load_workload, replay_workload, sweep
 
     sim = ctx.simulator
     events = sim.load_lookup_events([ctx.log])

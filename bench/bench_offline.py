@@ -43,12 +43,12 @@ from litehit_core import (  # noqa: E402
     read_facts,
 )
 from litehit_service.cli import main as litehit_main  # noqa: E402
+from litehit_service.litehit.config import replay_config_from_dict  # noqa: E402
+from litehit_service.litehit.curve import build_curves, format_table  # noqa: E402
+from litehit_service.litehit.replay import run_replay  # noqa: E402
 from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
-from litehit_service.offline.config import replay_config_from_dict  # noqa: E402
-from litehit_service.offline.curve import build_curves, format_table  # noqa: E402
-from litehit_service.offline.replay import run_replay  # noqa: E402
-from litehit_service.offline.traces import parse_lines  # noqa: E402
 from litehit_service.policy import QueryPolicy  # noqa: E402
+from litehit_service.traces.readers import parse_lines  # noqa: E402
 
 BLOCK_TOKENS = 512
 BLOCK_BYTES = 1 << 20  # 1 MiB per block: capacity_gb * 1024 = blocks

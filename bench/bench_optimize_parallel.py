@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, interleaved_walls  # noqa: E402
 
 from litehit_core.policy_replay import warm_up  # noqa: E402
-from litehit_service.offline.optimize.config import load_optimize_config  # noqa: E402
-from litehit_service.offline.optimize.parallel import run_parallel  # noqa: E402
-from litehit_service.offline.optimize.run import run_optimize  # noqa: E402
-from litehit_service.offline.optimize.trace import load_trace  # noqa: E402
-from litehit_service.offline.traces import read_mooncake  # noqa: E402
+from litehit_service.optimizer.optimize.config import load_optimize_config  # noqa: E402
+from litehit_service.optimizer.optimize.parallel import run_parallel  # noqa: E402
+from litehit_service.optimizer.optimize.run import run_optimize  # noqa: E402
+from litehit_service.optimizer.optimize.trace import load_trace  # noqa: E402
+from litehit_service.traces.readers import read_mooncake  # noqa: E402
 
 BLOCK = 512
 BYTES_PER_TOKEN = (1 << 20) // BLOCK  # 1 MiB a block

@@ -47,7 +47,7 @@ from litehit_service.model import (  # noqa: E402
     LocationSpec,
     LocationSpecGroup,
 )
-from litehit_service.offline.traces import read_mooncake  # noqa: E402
+from litehit_service.traces.readers import read_mooncake  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAMS = ("s0", "s1", "s2")

@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, interleaved_walls  # noqa: E402
 
 from litehit_core.policy_replay import warm_up  # noqa: E402
-from litehit_service.offline.optimize.config import load_optimize_config  # noqa: E402
-from litehit_service.offline.optimize.trace import load_trace  # noqa: E402
-from litehit_service.offline.tradeoff.sweep import TradeoffOptions, run_tradeoff  # noqa: E402
+from litehit_service.optimizer.optimize.config import load_optimize_config  # noqa: E402
+from litehit_service.optimizer.optimize.trace import load_trace  # noqa: E402
+from litehit_service.optimizer.tradeoff.sweep import TradeoffOptions, run_tradeoff  # noqa: E402
 
 BYTES_PER_TOKEN = 163_840
 

@@ -67,7 +67,7 @@ def fetch_live_curve(
     """GetHitRateCurve (and, for a curve of more than ``max_points`` corners, one more call
     for exact values) -> a renderable curve. Raises the client's typed errors.
     O(points)."""
-    from litehit_service.offline.curve import table_capacities
+    from litehit_service.litehit.curve import table_capacities
 
     fractions = [FIRST_HIT_FRACTION, *(p / 100 for p in MARK_PERCENTS), 1.0]
     answer = hit_rate_curve_from_pb(

@@ -13,8 +13,8 @@ import pytest
 from terminal import run_on_terminal
 
 from litehit_service.cli import main
-from litehit_service.offline.convert import trace_events
-from litehit_service.offline.traces import read_mooncake, read_standard
+from litehit_service.traces.convert.pipeline import trace_events
+from litehit_service.traces.readers import read_mooncake, read_standard
 
 ROOT = Path(__file__).resolve().parents[1]
 

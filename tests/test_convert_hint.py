@@ -10,8 +10,8 @@ import pytest
 
 from litehit_core import LocatedError
 from litehit_service.cli import main
-from litehit_service.offline.convert import with_format_hint
-from litehit_service.offline.traces import formats_of_line
+from litehit_service.traces.convert.pipeline import with_format_hint
+from litehit_service.traces.readers import formats_of_line
 
 MOONCAKE = {"timestamp": 0, "input_length": 1024, "output_length": 8, "hash_ids": [1, 2]}
 STANDARD = {

@@ -19,11 +19,11 @@ from terminal import run_on_terminal
 
 from litehit_core.prefix_hash import prefix_hash_next
 from litehit_service.cli import build_parser, main
-from litehit_service.offline.converters import CONVERTERS
-from litehit_service.offline.optimize.config import load_optimize_config
-from litehit_service.offline.optimize.run import run_optimize
-from litehit_service.offline.optimize.trace import load_trace
-from litehit_service.offline.traces import READERS, read_standard
+from litehit_service.optimizer.optimize.config import load_optimize_config
+from litehit_service.optimizer.optimize.run import run_optimize
+from litehit_service.optimizer.optimize.trace import load_trace
+from litehit_service.traces.logs import CONVERTERS
+from litehit_service.traces.readers import READERS, read_standard
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = json.loads((ROOT.parent / "shared/golden/prefix_hash.json").read_text())

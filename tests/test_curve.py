@@ -17,13 +17,13 @@ from litehit_core import FactRow, FactsWriter, LiteHit, query_facts, read_facts
 from litehit_core.errors import InvalidRequestError
 from litehit_core.projector import project_curve
 from litehit_service.cli import main
-from litehit_service.offline.curve import (
+from litehit_service.litehit.curve import (
     CSV_HEADER,
     CurveError,
     build_curves,
     table_capacities,
 )
-from litehit_service.offline.plot import sample_curve
+from litehit_service.litehit.plot import sample_curve
 
 GIB = 1024**3
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

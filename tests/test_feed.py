@@ -21,7 +21,7 @@ from serve_process import serve_env
 from terminal import run_on_terminal
 
 from litehit_core import InvalidRequestError
-from litehit_service.offline.feed import Pacer, check_rate
+from litehit_service.litehit.feed import Pacer, check_rate
 
 GIB = 1024**3
 

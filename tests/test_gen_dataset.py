@@ -33,16 +33,20 @@ from test_lmcache_parity import WHEEL
 from test_simulate import FIXTURE
 
 from litehit_service.cli import main
-from litehit_service.offline.gen_dataset import gen_dataset
-from litehit_service.offline.gen_dataset_events import LookupParser, Request, SortKeys
-from litehit_service.offline.gen_dataset_tokens import (
+from litehit_service.lmcache.gen_dataset.dataset import gen_dataset
+from litehit_service.lmcache.gen_dataset.events import LookupParser, Request, SortKeys
+from litehit_service.lmcache.gen_dataset.tokenizer import (
+    TokenizerError,
+    load_tokenizer,
+    safe_vocabulary,
+)
+from litehit_service.lmcache.gen_dataset.tokens import (
     ChunkMemo,
     Prompts,
     Vocabulary,
     joins_exactly,
     reference_draw,
 )
-from litehit_service.offline.tokenizer import TokenizerError, load_tokenizer, safe_vocabulary
 
 tokenizers = pytest.importorskip("tokenizers")  # the dev extra installs it (CI: always there)
 
@@ -729,7 +733,7 @@ def test_awrap_transformers_is_called_as_lmcache_calls_it(
 ) -> None:
     """The adapter for transformers tokenizers without a ``tokenizers`` backend (one call
     per sequence), here around a fast one: LMCache's vocabulary and file."""
-    from litehit_service.offline.tokenizer import TransformersTokenizer
+    from litehit_service.lmcache.gen_dataset.tokenizer import TransformersTokenizer
 
     auto = auto_tokenizer(byte_tok)
     adapter = TransformersTokenizer(auto, "auto")
@@ -750,7 +754,7 @@ def test_a_model_specific_class_loads_as_lmcache_loads_it(
 ) -> None:
     from tokenizers import Tokenizer
 
-    from litehit_service.offline.tokenizer import FastTokenizer
+    from litehit_service.lmcache.gen_dataset.tokenizer import FastTokenizer
 
     folder = make_tokenizer(tmp_path / "qwen", "metaspace", QWEN2_CONFIG)
     auto = auto_tokenizer(folder)
@@ -772,7 +776,7 @@ def test_only_generic_calls_go_to_the_backend(byte_tok: Path) -> None:
     from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
-    from litehit_service.offline.tokenizer import generic_calls, wrap_transformers
+    from litehit_service.lmcache.gen_dataset.tokenizer import generic_calls, wrap_transformers
 
     class Decoding(PreTrainedTokenizerFast):
         def _decode(self, *args: Any, **kwargs: Any) -> str:
@@ -847,7 +851,7 @@ def test_a_failure_while_writing_leaves_nothing(byte_tok: Path, tmp_path: Path) 
 
 def test_from_offers_every_trace_format() -> None:
     from litehit_service.cli import build_parser
-    from litehit_service.offline.traces import READERS
+    from litehit_service.traces.readers import READERS
 
     sub = build_parser()._subparsers._group_actions[0].choices["gen-dataset"]  # noqa: SLF001
     (action,) = [a for a in sub._actions if "--from" in a.option_strings]  # noqa: SLF001

@@ -14,10 +14,10 @@ from oracle import NaiveHybridLRU, tree_trace
 
 from litehit_core import FACTS_HEADER_MODELS, normalize_request, query_facts, read_facts
 from litehit_service.cli import main
+from litehit_service.litehit.config import load_config
+from litehit_service.litehit.curve import build_curves
+from litehit_service.litehit.replay import run_replay
 from litehit_service.manager import OnlineOptimizerManager
-from litehit_service.offline.config import load_config
-from litehit_service.offline.curve import build_curves
-from litehit_service.offline.replay import run_replay
 from litehit_service.policy import QueryPolicy
 
 GIB = 1024**3

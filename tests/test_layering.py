@@ -88,7 +88,7 @@ def test_full_attention_commands_do_not_import_numba(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from litehit_service.cli import main\n"
-        "import litehit_service.manager, litehit_service.offline.replay\n"
+        "import litehit_service.manager, litehit_service.litehit.replay\n"
         f"assert main(['replay', {str(config)!r}]) == 0\n"
         "print('numba' in sys.modules)\n"
         "import litehit_core\n"

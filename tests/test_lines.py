@@ -24,7 +24,7 @@ from litehit_core import (
     read_facts,
 )
 from litehit_core.lines import read_lines
-from litehit_service.offline.traces import read_lmcache, read_mooncake, read_standard
+from litehit_service.traces.readers import read_lmcache, read_mooncake, read_standard
 
 MIB = 1024 * 1024
 

@@ -19,6 +19,7 @@ from oracle import NaiveHybridLRU, NaiveLRU, tree_trace
 from litehit_service import messages as pb2
 from litehit_service.cli import main
 from litehit_service.errors import InstanceNotExist, InvalidArgument
+from litehit_service.litehit.curve import format_table
 from litehit_service.live import fetch_live_curve
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager
 from litehit_service.model import (
@@ -27,7 +28,6 @@ from litehit_service.model import (
     LocationSpec,
     LocationSpecGroup,
 )
-from litehit_service.offline.curve import format_table
 from litehit_service.snapshots import SnapshotStore
 from litehit_service.wire import hit_rate_curve_from_pb
 

@@ -22,7 +22,7 @@ from conftest import require
 from test_lmcache_reader import load_bench_trace
 from test_simulate import FIXTURE, KV
 
-from litehit_service.offline.simulate import (
+from litehit_service.lmcache.simulator.simulate import (
     format_report,
     load_workload,
     replay_workload,

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_traces import lm
 
 from litehit_core import DEFAULT_MAX_LINE_BYTES, LocatedError
-from litehit_service.offline.traces import (
+from litehit_service.traces.readers import (
     INT64_MAX,
     LMCacheTrace,
     ModelInfo,
@@ -28,9 +28,9 @@ from litehit_service.offline.traces import (
     read_mooncake,
     trace_lines,
 )
-from litehit_service.offline.traces.lmcache import LMCacheLoader
-from litehit_service.offline.traces.lmcache_columns import hex_records_to_keys, many_seconds_to_ns
-from litehit_service.offline.traces.lmcache_fields import seconds_to_ns
+from litehit_service.traces.readers.lmcache import LMCacheLoader
+from litehit_service.traces.readers.lmcache_columns import hex_records_to_keys, many_seconds_to_ns
+from litehit_service.traces.readers.lmcache_fields import seconds_to_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20

@@ -16,10 +16,10 @@ import pytest
 
 from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.projector import Projection
-from litehit_service.offline.optimize.config import load_optimize_config
-from litehit_service.offline.optimize.rows import HEADER
-from litehit_service.offline.optimize.run import run_optimize
-from litehit_service.offline.optimize.trace import load_trace
+from litehit_service.optimizer.optimize.config import load_optimize_config
+from litehit_service.optimizer.optimize.rows import HEADER
+from litehit_service.optimizer.optimize.run import run_optimize
+from litehit_service.optimizer.optimize.trace import load_trace
 from tests.conftest import mooncake_trace, run_cli
 
 MIB_PER_TOKEN = 65536  # block_size 16 x 65536 B = 1 MiB a block: quota C/1024 GiB = C blocks
@@ -398,7 +398,7 @@ def test_lmcache_log_replays_as_requests(tmp_path):
     """An LMCache lookup log (the reader's own example) replays as request records of the
     configuration's only instance; a block size other than the log's chunk size is an
     error naming both."""
-    from litehit_service.offline.traces.registry import get_reader
+    from litehit_service.traces.readers.registry import get_reader
 
     reader = get_reader("lmcache")
     (tmp_path / "trace.jsonl").write_bytes(reader.example)

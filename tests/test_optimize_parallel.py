@@ -26,18 +26,18 @@ from conftest import cli_argv, require
 
 from litehit_core.policy_replay import replay
 from litehit_core.policy_replay.loop import TICK
-from litehit_service.offline.optimize.config import load_optimize_config
-from litehit_service.offline.optimize.outputs import AGGREGATE_HEADER, write_outputs
-from litehit_service.offline.optimize.parallel import (
+from litehit_service.optimizer.optimize.config import load_optimize_config
+from litehit_service.optimizer.optimize.outputs import AGGREGATE_HEADER, write_outputs
+from litehit_service.optimizer.optimize.parallel import (
     Merger,
     part_trace,
     plan_parts,
     replay_part,
     run_parallel,
 )
-from litehit_service.offline.optimize.rows import format_csv
-from litehit_service.offline.optimize.run import build_setup, run_optimize
-from litehit_service.offline.optimize.trace import load_trace
+from litehit_service.optimizer.optimize.rows import format_csv
+from litehit_service.optimizer.optimize.run import build_setup, run_optimize
+from litehit_service.optimizer.optimize.trace import load_trace
 from tests.conftest import run_cli
 from tests.serve_process import serve_env
 

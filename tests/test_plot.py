@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 from test_curve import GIB, PNG_SIGNATURE, random_rows, run, worked_rows, write_facts
 
 from litehit_core import FactRow, HitCurveSegment, InstanceCurve, InvalidRequestError
-from litehit_service.offline.curve import build_curves, run_curve, trace_name
-from litehit_service.offline.plot import (
+from litehit_service.litehit.curve import build_curves, run_curve, trace_name
+from litehit_service.litehit.plot import (
     UNKNOWN_BYTES_LABEL,
     build_figure,
     curve_title,

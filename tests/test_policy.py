@@ -13,11 +13,11 @@ import pytest
 
 from litehit_core import LocatedError, read_facts
 from litehit_service.errors import InvalidArgument
+from litehit_service.litehit.config import ReplayConfig
+from litehit_service.litehit.replay import run_replay
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceGroup, InstanceRegistration, LocationSpec
 from litehit_service.model import LocationSpecGroup as SpecGroup
-from litehit_service.offline.config import ReplayConfig
-from litehit_service.offline.replay import run_replay
 from litehit_service.policy import QueryPolicy
 
 S = 1_000_000_000

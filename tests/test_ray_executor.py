@@ -15,9 +15,9 @@ from conftest import require
 from test_replay import ev, group, instance, setup
 
 from litehit_service.cli import main
-from litehit_service.offline.config import load_config
-from litehit_service.offline.lanes import LaneSpec, replay_lane
-from litehit_service.offline.replay import run_replay
+from litehit_service.litehit.config import load_config
+from litehit_service.litehit.lanes import LaneSpec, replay_lane
+from litehit_service.litehit.replay import run_replay
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.usefixtures("ray_installed")

@@ -107,8 +107,8 @@ def test_hybrid_section_example_and_worked_table_hold():
     import json
 
     from litehit_core import format_hit_curve
+    from litehit_service.litehit.config import registration_from_dict
     from litehit_service.model import InstanceGroup
-    from litehit_service.offline.config import registration_from_dict
 
     section = README[README.index("## Hybrid linear-attention") :]
     example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))

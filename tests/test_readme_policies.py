@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import re
 
-from litehit_service.offline.optimize.config import optimize_config_from_dict
-from litehit_service.offline.optimize.exact import exact_rates
-from litehit_service.offline.optimize.run import run_optimize
-from litehit_service.offline.optimize.trace import load_trace
+from litehit_service.optimizer.optimize.config import optimize_config_from_dict
+from litehit_service.optimizer.optimize.exact import exact_rates
+from litehit_service.optimizer.optimize.run import run_optimize
+from litehit_service.optimizer.optimize.trace import load_trace
 from tests.conftest import ROOT, mooncake_trace, run_cli
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -25,6 +25,14 @@ from litehit_core import (
     read_facts,
 )
 from litehit_service.cli import main
+from litehit_service.litehit.config import (
+    ReplayConfig,
+    group_from_dict,
+    load_config,
+    registration_from_dict,
+    replay_config_from_dict,
+)
+from litehit_service.litehit.replay import run_replay
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import (
     InstanceGroup,
@@ -32,14 +40,6 @@ from litehit_service.model import (
     LocationSpec,
     LocationSpecGroup,
 )
-from litehit_service.offline.config import (
-    ReplayConfig,
-    group_from_dict,
-    load_config,
-    registration_from_dict,
-    replay_config_from_dict,
-)
-from litehit_service.offline.replay import run_replay
 from litehit_service.policy import QueryPolicy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,9 +18,9 @@ from test_replay import FAIL_CASES, assert_nothing_published, cli, ev, group, in
 from litehit_core.compact_lite_hit import CompactLiteHit
 from litehit_core.engine import AUTO_COMPACT_BYTES
 from litehit_core.lite_hit import LiteHit
+from litehit_service.litehit.config import load_config
+from litehit_service.litehit.replay import lru_engine_for, run_replay
 from litehit_service.manager import OnlineOptimizerManager
-from litehit_service.offline.config import load_config
-from litehit_service.offline.replay import lru_engine_for, run_replay
 
 
 def engines_ledgers(config: Path, **kw) -> dict[str, tuple[str, object]]:
@@ -57,7 +57,7 @@ def without_memory(summary) -> list:
 
 def test_ray_lanes_use_the_chosen_engine(tmp_path: Path) -> None:
     require(HAVE_RAY, "ray is not installed (pip install '.[ray]')")
-    from litehit_service.offline.lanes import LaneSpec, replay_lane
+    from litehit_service.litehit.lanes import LaneSpec, replay_lane
 
     loaded = load_config(
         setup(tmp_path, random_trace(random.Random(3), 50, ["a"]), [group("g")], [instance("a")])
@@ -180,7 +180,7 @@ def test_compact_lanes_give_the_python_lanes_rows_and_error(
 ) -> None:
     """A Ray lane's work (replay_lane, plain Python) on the compact engine, in chunks of 7
     compiled replays: the same rows, first error and summary as the one-by-one lane."""
-    from litehit_service.offline import lanes
+    from litehit_service.litehit import lanes
 
     monkeypatch.setattr(lanes, "LANE_CHUNK", 7)
     loaded = load_config(

@@ -14,14 +14,14 @@ from oracle import naive_report, tree_trace
 from test_lmcache_reader import load_bench_trace
 
 from litehit_service.cli import main
-from litehit_service.offline.simulate import (
+from litehit_service.lmcache.simulator.plot import report_figure, sweep_figure
+from litehit_service.lmcache.simulator.simulate import (
     load_workload,
     replay_workload,
     report,
     sweep,
     sweep_capacities,
 )
-from litehit_service.offline.simulate_plot import report_figure, sweep_figure
 
 FIXTURE = Path(__file__).with_name("data") / "lookup_hashes_small.jsonl"
 CHUNK, KV = 16, 2 * 16 * 8  # 16-token chunks of 256 bytes (bf16 shape [1, 16, 8])

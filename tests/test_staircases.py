@@ -26,7 +26,7 @@ from litehit_core.staircases import (
     ramps_to_staircases,
 )
 from litehit_service.cli import main
-from litehit_service.offline.simulate import load_workload, replay_workload, report
+from litehit_service.lmcache.simulator.simulate import load_workload, replay_workload, report
 
 FIXTURE = Path(__file__).with_name("data") / "lookup_hashes_small.jsonl"
 KV = 2 * 16 * 8  # the fixture's bytes per chunk (see test_simulate)

@@ -13,9 +13,9 @@ from oracle import oracle_hits, tree_trace
 from litehit_core import FACTS_HEADER, FACTS_HEADER_MODELS, query_facts, read_facts
 from litehit_service.cli import main
 from litehit_service.errors import InvalidArgument
+from litehit_service.litehit.curve import build_curves
 from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.model import InstanceGroup
-from litehit_service.offline.curve import build_curves
 from litehit_service.policy import QueryPolicy
 
 GIB = 1024**3

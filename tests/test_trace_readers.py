@@ -16,9 +16,11 @@ from layout import iter_modules
 
 from litehit_core import LocatedError
 from litehit_service.commands import simulate as simulate_command
-from litehit_service.offline import config, convert, simulate
-from litehit_service.offline.converters import CONVERTERS
-from litehit_service.offline.traces import (
+from litehit_service.litehit import config
+from litehit_service.lmcache.simulator import simulate
+from litehit_service.traces.convert import pipeline as convert
+from litehit_service.traces.logs import CONVERTERS
+from litehit_service.traces.readers import (
     EVENT_KINDS,
     INT64_MAX,
     INT64_MIN,
@@ -32,9 +34,9 @@ from litehit_service.offline.traces import (
     parse_lines,
     read_standard,
 )
-from litehit_service.offline.traces.jsonl import parse_numbered
+from litehit_service.traces.readers.jsonl import parse_numbered
 
-PACKAGE = Path(__file__).resolve().parents[1] / "litehit_service" / "offline" / "traces"
+PACKAGE = Path(__file__).resolve().parents[1] / "litehit_service" / "traces" / "readers"
 NAMES = sorted(READERS)
 
 
@@ -92,9 +94,10 @@ def test_default_block_sizes() -> None:
 
 # ---------------------------------------------------------------- no format-name tests
 
-WALKED = ("litehit_service.offline", "litehit_service.commands")
-"""The packages whose code must ask a reader, not test a format's name."""
-TRACES = "litehit_service.offline.traces"
+WALKED = ("litehit_service",)
+"""The packages whose code must ask a reader, not test a format's name (every one but the
+readers' own, :data:`TRACES`)."""
+TRACES = "litehit_service.traces.readers"
 FORMAT_NAMES = frozenset(format_names())
 
 
@@ -139,8 +142,8 @@ def test_no_code_outside_the_trace_package_tests_a_format_name() -> None:
         walked.append(module.name)
         for line, what in format_name_tests(module.tree()):
             offenders.append(f"{module.path}:{line}: {what}")
-    assert {"litehit_service.offline.replay", "litehit_service.commands.convert"} <= set(walked)
-    assert offenders == [], "format names tested outside offline.traces:\n" + "\n".join(offenders)
+    assert {"litehit_service.litehit.replay", "litehit_service.commands.convert"} <= set(walked)
+    assert offenders == [], "format names tested outside traces.readers:\n" + "\n".join(offenders)
 
 
 @pytest.mark.parametrize(
@@ -278,7 +281,7 @@ def test_package_modules_are_small_documented_and_import_no_private_names() -> N
     modules = sorted(PACKAGE.glob("*.py"))
     # one module per format, in this package
     homes = {type(r).__module__.rpartition(".") for r in READERS.values()}
-    assert {home for home, _, _ in homes} == {"litehit_service.offline.traces"}
+    assert {home for home, _, _ in homes} == {"litehit_service.traces.readers"}
     assert len(homes) == len(READERS)
     assert {p.stem for p in modules} >= {"__init__", "registry", "records", "jsonl"}
     for path in modules:
@@ -291,4 +294,4 @@ def test_package_modules_are_small_documented_and_import_no_private_names() -> N
                 private = [a.name for a in node.names if a.name.startswith("_")]
                 assert not private, (path, node.module, private)
                 # no module imports the package itself: no cycle through __init__
-                assert node.module != "litehit_service.offline.traces", path
+                assert node.module != "litehit_service.traces.readers", path

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from litehit_core import LocatedError
-from litehit_service.offline.traces import (
+from litehit_service.traces.readers import (
     LMCacheTrace,
     ModelInfo,
     TraceEvent,

@@ -21,11 +21,11 @@ import pytest
 
 from litehit_core import LocatedError
 from litehit_service.cli import main
-from litehit_service.offline.optimize.config import GroupConfig, load_optimize_config
-from litehit_service.offline.optimize.run import run_optimize
-from litehit_service.offline.optimize.trace import load_trace
-from litehit_service.offline.tradeoff.files import SUMMARY_CSV, SUMMARY_HEADER
-from litehit_service.offline.tradeoff.sweep import (
+from litehit_service.optimizer.optimize.config import GroupConfig, load_optimize_config
+from litehit_service.optimizer.optimize.run import run_optimize
+from litehit_service.optimizer.optimize.trace import load_trace
+from litehit_service.optimizer.tradeoff.files import SUMMARY_CSV, SUMMARY_HEADER
+from litehit_service.optimizer.tradeoff.sweep import (
     TradeoffOptions,
     loading_config,
     refuse_tiered,

@@ -39,7 +39,7 @@ __all__ = ["GET", "REQUEST", "ROW_FIELDS", "TICK", "WRITE", "flush", "replay_chu
 
 GET, WRITE, REQUEST, TICK = 0, 1, 2, 3
 """Record kinds in ``kinds``. A :data:`TICK` stands for another replay's read (a group
-replayed apart, :mod:`litehit_service.offline.optimize.parallel`): pending writes due by
+replayed apart, :mod:`litehit_service.optimizer.optimize.parallel`): pending writes due by
 its time are applied and it gets a row (no hits) with the cached blocks at that moment."""
 ROW_FIELDS = ("record", "local_hits", "remote_hits", "cached", "cached_all", "acc_write")
 """Columns of ``rows`` (int64, one row per read): the record's index, its local and remote

@@ -64,7 +64,7 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
 def trace_format(name: str) -> str:
     """An argparse type: a registered trace format (the readers load only when the option
     is given); a usage error naming the value and the known names otherwise."""
-    from litehit_service.offline.traces.registry import get_reader
+    from litehit_service.traces.readers.registry import get_reader
 
     try:
         get_reader(name)

@@ -3,13 +3,13 @@ event-publisher log or Qwen Bailian usage traces into standard trace JSONL.
 
 The output has one compact JSON object per event, keys in the order ``type, instance_id,
 trace_id, timestamp_ns, keys, input_len`` (see
-:func:`litehit_service.offline.traces.standard.format_standard_event`).
+:func:`litehit_service.traces.readers.standard.format_standard_event`).
 Every timestamp is shifted by ``--time-offset-ns`` (default 1,000,000 ns = 1 ms; 0 for a
 publisher log, whose times are epoch microseconds) because the standard format needs
 ``timestamp_ns > 0`` while Mooncake and Bailian traces start at 0; pass
 ``--time-offset-ns 0`` to keep timestamps unchanged. Output timestamps must not go
 backwards (a replay would reject the file). The log converters
-(:mod:`litehit_service.offline.converters`) take several inputs, merged in time order, and
+(:mod:`litehit_service.traces.logs`) take several inputs, merged in time order, and
 print what they read, wrote and skipped before the summary.
 
 All or nothing: the output (and the optional ``--emit-config`` file) is written to
@@ -28,16 +28,16 @@ import sys
 from typing import Any
 
 from litehit_service.commands import UsageError, add_max_line_bytes
-from litehit_service.offline.convert import (
+from litehit_service.traces.convert.pipeline import (
     DEFAULT_MOONCAKE_BLOCK_SIZE,
     DEFAULT_STANDARD_BLOCK_SIZE,
     DEFAULT_TIME_OFFSET_NS,
     FORMATS,
     get_source,
 )
-from litehit_service.offline.converters import Converter
-from litehit_service.offline.converters.bailian import BLOCK_TOKENS as BAILIAN_BLOCK_TOKENS
-from litehit_service.offline.converters.bailian import EMIT_MODES
+from litehit_service.traces.logs import Converter
+from litehit_service.traces.logs.bailian import BLOCK_TOKENS as BAILIAN_BLOCK_TOKENS
+from litehit_service.traces.logs.bailian import EMIT_MODES
 
 
 def register(subparsers: Any) -> None:
@@ -229,7 +229,7 @@ def _same_path(a: str, b: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.input`` to ``args.output`` (errors raise; see cli)."""
-    from litehit_service.offline.convert import convert_trace
+    from litehit_service.traces.convert.pipeline import convert_trace
 
     problem = _option_error(args)
     if problem is not None:

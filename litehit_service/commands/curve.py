@@ -104,7 +104,7 @@ def _option_error(args: argparse.Namespace) -> str | None:
     if args.instance is not None and not args.instance:
         return "--instance must not be empty"
     if args.output is not None:
-        from litehit_service.offline.plot import plot_format_error
+        from litehit_service.litehit.plot import plot_format_error
 
         problem = plot_format_error(args.output)
         if problem is not None:
@@ -114,7 +114,7 @@ def _option_error(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the curves of ``args.facts``, write the outputs, print the table."""
-    from litehit_service.offline.curve import run_curve
+    from litehit_service.litehit.curve import run_curve
 
     problem = _option_error(args)
     if problem is not None:
@@ -145,8 +145,8 @@ def _run_live(args: argparse.Namespace) -> int:
 
     from litehit_service.client import OptimizerClient
     from litehit_service.commands import CommandFailed, rpc_detail
+    from litehit_service.litehit.curve import format_table, render_curves
     from litehit_service.live import fetch_live_curve
-    from litehit_service.offline.curve import format_table, render_curves
     from litehit_service.offline.outputs import run_line
 
     started = time.perf_counter()

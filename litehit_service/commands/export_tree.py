@@ -4,7 +4,7 @@ Replays CONFIG.json (``litehit optimize``'s configuration; positional as for opt
 ``-c``) in the policy replay's analysis mode and writes, per instance, into
 ``radix_tree/`` under the configuration's ``output_result_path`` or ``-o DIR``, all or
 nothing: ``{instance_id}_radix_tree.json`` (the compressed trie of every path written,
-:mod:`litehit_service.offline.analysis.tree`), ``{instance_id}_radix_tree.png`` (its top
+:mod:`litehit_service.optimizer.analysis.tree`), ``{instance_id}_radix_tree.png`` (its top
 by gets) and with ``--show-hot-paths`` ``{instance_id}_hot_paths.png`` (the ``--top-k``
 most-hit nodes with their ancestors; also printed). Prints one summary line per instance;
 a progress bar on a terminal; one run line on stderr. Errors as ``litehit optimize``'s:
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from litehit_service.commands import add_trace_options, config_path, positive_int
 
 if TYPE_CHECKING:
-    from litehit_service.offline.analysis.replay import Analysis
-    from litehit_service.offline.optimize.config import OptimizeConfig
+    from litehit_service.optimizer.analysis.replay import Analysis
+    from litehit_service.optimizer.optimize.config import OptimizeConfig
 
 TREE_DIR = "radix_tree"
 """The folder of the tree files inside the output folder."""
@@ -91,10 +91,10 @@ def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Ana
     """Load the configuration and trace of ``args`` and replay them in analysis mode
     (progress bar on a terminal): the configuration, the analysis and the output folder.
     Raises as ``litehit optimize`` does (exit 2 for bad input)."""
-    from litehit_service.offline.analysis.replay import run_analysis
-    from litehit_service.offline.optimize.config import load_optimize_config
-    from litehit_service.offline.optimize.trace import load_trace
     from litehit_service.offline.outputs import progress_bar
+    from litehit_service.optimizer.analysis.replay import run_analysis
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.optimize.trace import load_trace
 
     config = load_optimize_config(config_path(args))
     trace = load_trace(
@@ -110,14 +110,14 @@ def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Ana
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
-    from litehit_service.offline.analysis.tree import (
+    from litehit_service.offline.outputs import publish_files, run_line
+    from litehit_service.optimizer.analysis.tree import (
         build_trees,
         hot_paths_text,
         tree_json,
         tree_summary,
     )
-    from litehit_service.offline.analysis.tree_plot import hot_paths_figure, tree_figure
-    from litehit_service.offline.outputs import publish_files, run_line
+    from litehit_service.optimizer.analysis.tree_plot import hot_paths_figure, tree_figure
 
     start = time.perf_counter()
     _, analysis, out_dir = analyse(args, "export-tree")

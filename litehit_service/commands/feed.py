@@ -5,7 +5,7 @@
 unless ``--format`` says), registers the config's groups and instances
 first with ``--register-from`` (a ``litehit replay`` config; only ``--instance`` when
 given), and sends every request over one packed stream in batches per instance
-(:mod:`litehit_service.offline.feed`). Routing is the replay's: ``--instance`` (or the
+(:mod:`litehit_service.litehit.feed`). Routing is the replay's: ``--instance`` (or the
 config's ``override_instance_id``) takes every request, the config's
 ``fanout_all_instances`` sends each to all its instances, else each goes to its own
 ``instance_id``. Keys are coarsened from the trace's block size (``--block-size``, else
@@ -37,7 +37,7 @@ from litehit_service.commands import (
     positive_int,
     rpc_detail,
 )
-from litehit_service.offline.traces import format_names
+from litehit_service.traces.readers import format_names
 
 
 def register(subparsers: Any) -> None:
@@ -131,7 +131,7 @@ def _trace_block_size(args: argparse.Namespace, config: Any, reader: Any) -> int
 
 
 def _route(args: argparse.Namespace, config: Any, reader: Any) -> Any:
-    from litehit_service.offline.feed import FeedRoute
+    from litehit_service.litehit.feed import FeedRoute
 
     ids: tuple[str, ...] = ()
     if args.instance:
@@ -152,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
     import grpc
 
     from litehit_service.client import OptimizerClient
-    from litehit_service.offline.config import load_config
-    from litehit_service.offline.feed import register_from_config, run_feed
-    from litehit_service.offline.traces import detect_format, get_reader
+    from litehit_service.litehit.config import load_config
+    from litehit_service.litehit.feed import register_from_config, run_feed
+    from litehit_service.traces.readers import detect_format, get_reader
 
     if args.instance is not None and not args.instance:
         raise UsageError("--instance must not be empty")

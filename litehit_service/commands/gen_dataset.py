@@ -1,7 +1,7 @@
 """``litehit gen-dataset``: a ``vllm bench serve`` custom dataset (JSONL of ``prompt`` and
 ``output_tokens``) from LMCache lookup-hash logs, or a standard or Mooncake trace, whose
 prompts share token prefixes exactly as the requests shared chunks
-(:mod:`litehit_service.offline.gen_dataset`).
+(:mod:`litehit_service.lmcache.gen_dataset.dataset`).
 
 The options are LMCache's ``lmcache tool cache-simulator gen-dataset`` (``-i/--input``,
 ``--tokenizer``, ``--output-len``, ``-o/--output``, ``-n/--max-samples``, ``--model``), and
@@ -69,9 +69,9 @@ def _samples(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Write the dataset, print its summary. Raises on failure (exit code by the CLI)."""
-    from litehit_service.offline.gen_dataset import gen_dataset
+    from litehit_service.lmcache.gen_dataset.dataset import gen_dataset
+    from litehit_service.lmcache.gen_dataset.tokenizer import TokenizerUnavailable
     from litehit_service.offline.outputs import run_line
-    from litehit_service.offline.tokenizer import TokenizerUnavailable
 
     started = time.perf_counter()
     try:

@@ -4,7 +4,7 @@ Replays CONFIG.json (``litehit optimize``'s configuration; positional or ``-c``)
 policy replay's analysis mode and writes, per instance, into ``lifecycle/`` under the
 configuration's ``output_result_path`` or ``-o DIR``, all or nothing:
 ``{instance_id}_block_lifecycle.csv`` (one row per life,
-:mod:`litehit_service.offline.analysis.lifecycle`) and ``{instance_id}_lifespan.png``
+:mod:`litehit_service.optimizer.analysis.lifecycle`) and ``{instance_id}_lifespan.png``
 (CDF and histogram of lifespans). Prints the statistics per instance (``--json``: one
 JSON object); a progress bar on a terminal; one run line on stderr. Errors as
 ``litehit optimize``'s: exit 2 for bad input, nothing written.
@@ -45,14 +45,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
-    from litehit_service.offline.analysis.lifecycle import (
+    from litehit_service.offline.outputs import publish_files, run_line
+    from litehit_service.optimizer.analysis.lifecycle import (
         instance_lives,
         lifecycle_csv,
         lifecycle_stats,
         stats_text,
     )
-    from litehit_service.offline.analysis.lifecycle_plot import lifespan_figure
-    from litehit_service.offline.outputs import publish_files, run_line
+    from litehit_service.optimizer.analysis.lifecycle_plot import lifespan_figure
 
     start = time.perf_counter()
     _, analysis, out_dir = analyse(args, "lifecycle")

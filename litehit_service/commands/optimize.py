@@ -1,6 +1,6 @@
 """``litehit optimize``: replay a trace under the KVCacheManager optimizer's policies.
 
-Reads a configuration in the reference's format (:mod:`litehit_service.offline.optimize`),
+Reads a configuration in the reference's format (:mod:`litehit_service.optimizer.optimize`),
 validates it and the whole trace before replaying (errors: ``file:line: field: reason``,
 exit code 2, nothing written), replays once per configuration with the compiled policy
 replay, and writes ``{instance_id}_hit_rates.csv`` per instance (and with
@@ -9,7 +9,7 @@ replay, and writes ``{instance_id}_hit_rates.csv`` per instance (and with
 per W seconds of trace time) into the configuration's ``output_result_path`` or ``-o DIR``,
 all or nothing. The groups of a configuration are replayed in ``--max-workers`` parts in
 parallel (default: one per CPU; processes, or Ray tasks with ``--executor ray``) and
-merged (:mod:`litehit_service.offline.optimize.parallel`): the same files byte for byte as
+merged (:mod:`litehit_service.optimizer.optimize.parallel`): the same files byte for byte as
 one replay (``--max-workers 1``). Prints a
 summary table (``--json``: one JSON object) on stdout; a progress bar on a terminal; one
 run line on stderr. Bad flags exit 2 naming the value.
@@ -109,12 +109,12 @@ def _window_seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
-    from litehit_service.offline.optimize.config import load_optimize_config
-    from litehit_service.offline.optimize.outputs import summary_json, summary_text, write_outputs
-    from litehit_service.offline.optimize.parallel import run_parallel
-    from litehit_service.offline.optimize.trace import load_trace
     from litehit_service.offline.outputs import progress_bar, run_line
     from litehit_service.offline.pool import default_workers
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.optimize.outputs import summary_json, summary_text, write_outputs
+    from litehit_service.optimizer.optimize.parallel import run_parallel
+    from litehit_service.optimizer.optimize.trace import load_trace
 
     start = time.perf_counter()
     if args.ray_address is not None and args.executor != "ray":
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns)
     extra: dict[str, object] = {}
     if args.compare_exact:
-        from litehit_service.offline.optimize.exact import exact_rates
+        from litehit_service.optimizer.optimize.exact import exact_rates
 
         rates = exact_rates(config, trace, result)
         extra["compare_exact"] = [

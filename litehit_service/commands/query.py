@@ -86,7 +86,7 @@ def _float_or_none(text: str) -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the query; the summary line goes to stderr (errors raise; see cli)."""
-    from litehit_service.offline.query import run_query
+    from litehit_service.litehit.query import run_query
 
     if args.output is not None and os.path.realpath(args.output) == os.path.realpath(args.facts):
         raise UsageError(f"-o {args.output!r} is the facts file")

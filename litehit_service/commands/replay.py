@@ -1,12 +1,12 @@
 """``litehit replay CONFIG.json``: replay a trace offline into a facts ledger.
 
 Drives the same manager as ``litehit serve`` in process and writes
-``<output_result_path>/litehit_facts.csv`` (see :mod:`litehit_service.offline.replay`; the
-config fields: :mod:`litehit_service.offline.config`). A progress bar goes to stderr only
+``<output_result_path>/litehit_facts.csv`` (see :mod:`litehit_service.litehit.replay`; the
+config fields: :mod:`litehit_service.litehit.config`). A progress bar goes to stderr only
 when it is a terminal; the run ends with one line per instance (token hit rate per capacity)
 and a one-line summary (requests, instances, rows, elapsed, requests/s, facts path) on
 stdout, or, with ``--json``, the same as one JSON object on stdout
-(:meth:`~litehit_service.offline.replay.ReplaySummary.to_json`). Errors go to stderr.
+(:meth:`~litehit_service.litehit.replay.ReplaySummary.to_json`). Errors go to stderr.
 
 Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
 published); 1 unexpected internal error (also nothing published); 130 / 143 stopped by
@@ -85,13 +85,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the replay; the per-instance lines and the summary (or ``--json``: one JSON
     object) go to stdout, the progress bar to stderr (errors raise)."""
-    from litehit_service.offline.config import load_config
-    from litehit_service.offline.replay import run_replay, with_touch_order, with_workers
+    from litehit_service.litehit.config import load_config
+    from litehit_service.litehit.replay import run_replay, with_touch_order, with_workers
 
     if args.ray_address is not None and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
-        from litehit_service.offline.lanes import RAY_MISSING
+        from litehit_service.litehit.lanes import RAY_MISSING
 
         raise UsageError(RAY_MISSING)
     config = load_config(args.config)

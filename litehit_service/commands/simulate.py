@@ -1,5 +1,5 @@
 """``litehit simulate``: LMCache's cache-simulator report at one capacity, and the exact hit
-rate at every capacity, from one replay (:mod:`litehit_service.offline.simulate`).
+rate at every capacity, from one replay (:mod:`litehit_service.lmcache.simulator.simulate`).
 
 The options are LMCache's (``-i/--input``, ``--cache-capacity-gib``, ``-o/--output``,
 ``-n/--max-samples``, ``--model``, ``--kv-bytes-per-chunk``) plus ``--format`` (every trace
@@ -81,8 +81,8 @@ def capacity_bytes(gib: float, flag: str) -> int:
 
 def plot_format(path: str, flag: str = "-o/--output") -> str:
     """The figure format of ``path`` from its extension (the rule of
-    :func:`~litehit_service.offline.plot.plot_format`); a UsageError naming ``flag``."""
-    from litehit_service.offline.plot import plot_format, plot_format_error
+    :func:`~litehit_service.litehit.plot.plot_format`); a UsageError naming ``flag``."""
+    from litehit_service.litehit.plot import plot_format, plot_format_error
 
     problem = plot_format_error(path)
     if problem is not None:
@@ -92,9 +92,9 @@ def plot_format(path: str, flag: str = "-o/--output") -> str:
 
 def load(args: argparse.Namespace, *, depths: bool = True) -> Any:
     """The workload and its one replay, from the shared input options (``depths`` as
-    :func:`~litehit_service.offline.simulate.replay_workload` takes it; the parser's
+    :func:`~litehit_service.lmcache.simulator.simulate.replay_workload` takes it; the parser's
     choices already bound ``--engine`` and ``--touch-order``)."""
-    from litehit_service.offline.simulate import load_workload, replay_workload
+    from litehit_service.lmcache.simulator.simulate import load_workload, replay_workload
 
     if args.max_samples is not None and args.max_samples < 0:
         raise UsageError(f"-n/--max-samples must be >= 0, got {args.max_samples}")
@@ -114,8 +114,8 @@ def load(args: argparse.Namespace, *, depths: bool = True) -> Any:
 
 def write_figure(path: str, fmt: str, draw: Any) -> None:
     """Draw and publish one figure atomically (``<path>.<pid>.tmp`` renamed at the end)."""
+    from litehit_service.lmcache.simulator.plot import save
     from litehit_service.offline.outputs import atomic_outputs, tmp_path
-    from litehit_service.offline.simulate_plot import save
 
     with atomic_outputs([path]):
         save(draw(), tmp_path(path), fmt)
@@ -123,8 +123,8 @@ def write_figure(path: str, fmt: str, draw: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay once, print the report (text or JSON), draw the figure."""
+    from litehit_service.lmcache.simulator.simulate import format_report, report
     from litehit_service.offline.outputs import run_line
-    from litehit_service.offline.simulate import format_report, report
 
     started = time.perf_counter()
     nbytes = capacity_bytes(args.cache_capacity_gib, "--cache-capacity-gib")
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(_header(replay) + format_report(data))
     sys.stdout.flush()
     if fmt is not None:
-        from litehit_service.offline.simulate_plot import report_figure
+        from litehit_service.lmcache.simulator.plot import report_figure
 
         write_figure(args.output, fmt, lambda: report_figure(replay, data))
     dest = "stdout" if fmt is None else f"stdout, {args.output}"

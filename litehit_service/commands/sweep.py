@@ -44,13 +44,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay once, print the sweep table (text or JSON), draw the figure."""
-    from litehit_service.offline.outputs import run_line
-    from litehit_service.offline.simulate import (
+    from litehit_service.lmcache.simulator.simulate import (
         SimulateError,
         format_sweep,
         sweep,
         sweep_capacities,
     )
+    from litehit_service.offline.outputs import run_line
 
     started = time.perf_counter()
     try:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         )
     sys.stdout.flush()
     if fmt is not None:
-        from litehit_service.offline.simulate_plot import sweep_figure
+        from litehit_service.lmcache.simulator.plot import sweep_figure
 
         write_figure(args.output, fmt, lambda: sweep_figure(replay, data, args.linear))
     dest = "stdout" if fmt is None else f"stdout, {args.output}"

@@ -9,7 +9,7 @@ refines the 95 % and 99 % capacities by bisection to within 1 %. Under spec §7b
 ``lru`` curve comes from LiteHit's exact pass instead. Writes under ``pareto/`` of the
 configuration's ``output_result_path`` (or ``-o DIR``), all or nothing: one CSV per
 capacity, the curve's CSV, LiteHit's reference curves and the pictures
-(:mod:`litehit_service.offline.tradeoff.files`). ``--skip-run`` re-plots from that
+(:mod:`litehit_service.optimizer.tradeoff.files`). ``--skip-run`` re-plots from that
 curve CSV. Prints ``Drop descending Pareto point ...`` per point left off the plot, then
 a summary (``--json``: one JSON object); a progress bar on a terminal, one run line on
 stderr. Bad flags or input exit 2 naming the value; a tiered configuration is refused.
@@ -147,16 +147,16 @@ def _hit_rate_type(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
-    from litehit_service.offline.optimize.config import load_optimize_config
     from litehit_service.offline.outputs import run_line
-    from litehit_service.offline.tradeoff.sweep import refuse_tiered
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.tradeoff.sweep import refuse_tiered
 
     start = time.perf_counter()
     path = config_path(args)
     if args.ray_address is not None and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
-        from litehit_service.offline.lanes import RAY_MISSING
+        from litehit_service.litehit.lanes import RAY_MISSING
 
         raise UsageError(RAY_MISSING)
     config = load_optimize_config(path)
@@ -171,11 +171,11 @@ def run(args: argparse.Namespace) -> int:
         rows, result, files = _sweep(args, config, out_dir, title)
     extra = {"output_dir": out_dir, "hit_rate_type": args.hit_rate_type, "files": files}
     if args.json:
-        from litehit_service.offline.tradeoff.report import summary_json
+        from litehit_service.optimizer.tradeoff.report import summary_json
 
         print(summary_json(rows, result, extra))
     else:
-        from litehit_service.offline.tradeoff.report import summary_text
+        from litehit_service.optimizer.tradeoff.report import summary_text
 
         print(summary_text(rows, result))
     points = sum(1 for r in rows if r.kind == "point")
@@ -206,7 +206,7 @@ def _print_drops(drops: list[str], as_json: bool) -> None:
 
 
 def _replot(args: argparse.Namespace, out_dir: str, title: str) -> tuple[list, None, list[str]]:
-    from litehit_service.offline.tradeoff.files import (
+    from litehit_service.optimizer.tradeoff.files import (
         CURVE_PNG,
         MULTI_PNG,
         REFERENCE_CSV,
@@ -216,7 +216,7 @@ def _replot(args: argparse.Namespace, out_dir: str, title: str) -> tuple[list, N
         with_plotted,
         write_files,
     )
-    from litehit_service.offline.tradeoff.plot import curve_figure, multi_figure, plot_curves
+    from litehit_service.optimizer.tradeoff.plot import curve_figure, multi_figure, plot_curves
 
     rows = with_plotted(read_summary(os.path.join(out_dir, SUMMARY_CSV)))
     ref_path = os.path.join(out_dir, REFERENCE_CSV)
@@ -243,9 +243,9 @@ def _replot(args: argparse.Namespace, out_dir: str, title: str) -> tuple[list, N
 def _sweep(
     args: argparse.Namespace, config: Any, out_dir: str, title: str
 ) -> tuple[list, Any, list[str]]:
-    from litehit_service.offline.optimize.trace import load_trace
     from litehit_service.offline.outputs import progress_bar
-    from litehit_service.offline.tradeoff.files import (
+    from litehit_service.optimizer.optimize.trace import load_trace
+    from litehit_service.optimizer.tradeoff.files import (
         CURVE_PNG,
         MULTI_PNG,
         REFERENCE_CSV,
@@ -259,9 +259,9 @@ def _sweep(
         summary_rows,
         write_files,
     )
-    from litehit_service.offline.tradeoff.plot import curve_figure, multi_figure, plot_curves
-    from litehit_service.offline.tradeoff.pool import default_workers
-    from litehit_service.offline.tradeoff.sweep import (
+    from litehit_service.optimizer.tradeoff.plot import curve_figure, multi_figure, plot_curves
+    from litehit_service.optimizer.tradeoff.pool import default_workers
+    from litehit_service.optimizer.tradeoff.sweep import (
         TradeoffOptions,
         loading_config,
         run_tradeoff,

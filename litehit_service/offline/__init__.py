@@ -1,14 +1,11 @@
-"""The offline tools: trace files through the same manager as the service, in process.
+"""What the offline tools of every system share (LiteHit's, LMCache's and the optimizer's).
 
-- :mod:`~litehit_service.offline.traces`: readers of the standard, Mooncake and LMCache
-  formats, one module per format behind a registry by format name;
-- :mod:`~litehit_service.offline.config`: the ``litehit replay`` configuration;
-- :mod:`~litehit_service.offline.replay`: the replay into a facts ledger;
-- :mod:`~litehit_service.offline.query` and :mod:`~litehit_service.offline.curve`: the
-  ledger projected at given capacities, and its exact curve;
-- :mod:`~litehit_service.offline.convert`: any trace as a standard trace;
-- :mod:`~litehit_service.offline.outputs`: all-or-nothing file publishing, progress bars.
+- :mod:`.outputs`: files published all or nothing, folders made for a run and removed on
+  failure, progress bars on a terminal only, the run line;
+- :mod:`.pool`: where work over a decoded trace runs (this process, forked processes or Ray
+  tasks) and the worker processes' signal handling.
 
-Every command of :mod:`litehit_service.commands` that works on files calls one function
-here and prints what it returns.
+The tools themselves live by the system they serve: :mod:`litehit_service.litehit`,
+:mod:`litehit_service.lmcache`, :mod:`litehit_service.optimizer`, and the trace formats
+they all read in :mod:`litehit_service.traces`.
 """

@@ -3,13 +3,13 @@
 One helper for every command that fans work out (``litehit optimize --max-workers``,
 ``litehit tradeoff``, ``litehit replay --executor ray``). A task is a module-level
 function ``fn(task, trace)`` and a small, picklable ``task``; the trace (any object, e.g. a
-:class:`~litehit_service.offline.optimize.trace.LoadedTrace`) is decoded once by the
+:class:`~litehit_service.optimizer.optimize.trace.LoadedTrace`) is decoded once by the
 caller and reaches the workers without being pickled per task:
 
 - ``local`` with one worker runs each task at once in this process;
 - ``local`` with more forks that many processes *after* the traces are in memory, so each
-  inherits them (copy on write); the workers ignore SIGINT/SIGTERM as
-  :mod:`~litehit_service.offline.parsing`'s do, this process decides when they stop;
+  inherits them (copy on write); the workers ignore SIGINT/SIGTERM
+  (:func:`worker_signals`, as the trace parsers' do), this process decides when they stop;
 - ``ray`` puts each trace into Ray's object store once (:func:`start_ray`: a local Ray
   unless an address is given; an initialised Ray is used as it is) and passes its
   reference to every task (arrays arrive read-only: a task that needs writable ones
@@ -28,11 +28,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any
-
-from litehit_service.offline.parsing import stop_signals_held, worker_signals
 
 __all__ = [
     "EXECUTORS",
@@ -41,6 +40,8 @@ __all__ = [
     "default_workers",
     "report_progress",
     "start_ray",
+    "stop_signals_held",
+    "worker_signals",
     "worker_trace",
 ]
 
@@ -48,6 +49,36 @@ EXECUTORS = ("local", "ray")
 """What ``--executor`` accepts."""
 RAY_MISSING = "--executor ray needs Ray: pip install 'litehit[ray]' (or pip install ray)"
 """The message (a usage error) when Ray is asked for and not installed."""
+
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def worker_signals() -> None:
+    """In a worker process (a pool's or the trace parsers'): ignore SIGINT and SIGTERM. A
+    terminal's Ctrl-C or a kill of the process group reaches the workers too; the parent
+    turns the signal into an exception, removes its temporary and shuts the pool down,
+    which ends them. The signals
+    were held across the fork (:func:`stop_signals_held`), so none can run the parent's
+    handlers here before this; held ones are dropped, being ignored by then."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+@contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM (blocked, delivered when the block ends) in this thread, so
+    a worker forked meanwhile starts with them blocked. Two system calls."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
 
 _TRACES: dict[str, Any] = {}
 """In a forked worker: the traces its parent held (inherited, never pickled)."""

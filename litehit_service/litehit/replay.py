@@ -1,0 +1,513 @@
+"""Offline replay: a trace file through the online manager, into a facts ledger.
+
+:func:`run_replay` drives the SAME :class:`~litehit_service.manager.OnlineOptimizerManager`
+as ``litehit serve`` (in process: no network, no registry), so offline facts and online
+answers cannot disagree. For every trace event, in input order:
+
+- ``write`` events are skipped (a get already writes its blocks back);
+- routing: to ``override_instance_id`` if set, else to every instance in config order if
+  ``fanout_all_instances``, else to the event's ``instance_id`` (which must be configured);
+- ``manager.record_query(instance, keys, input_token_len, timestamp_ns=trace timestamp)``
+  replays the request under :meth:`QueryPolicy.offline` (the same rules as online queries,
+  with the differences that policy names: the trace timestamp is "now", so TTL is
+  deterministic; an instance's timestamps must not go backwards; keys are coarsened from
+  the config's ``block_size`` to the instance's; no key limit);
+- one facts row per (request, instance), in input order, goes to
+  ``<output_result_path>/litehit_facts.csv`` (written as ``litehit_facts.csv.<pid>.tmp``,
+  renamed at the end; see :mod:`litehit_core.temporaries`).
+
+All or nothing: the first bad line (malformed, longer than ``max_line_bytes``, backwards
+timestamp, unknown instance, length rule) or a trace without requests raises
+:class:`LocatedError` (``path:line: reason``) and publishes nothing.
+
+``pipeline_worker_count > 1`` parses lines in worker processes (batches of
+``workers x 256`` lines, results consumed in input order); the replay itself stays serial
+in the calling process, so the ledger is byte-identical to a one-worker run. Normalisation
+(prefix chaining, re-blocking) stays in ``trace_query``: the manager chains keys with the
+group's ``enable_prefix_hash`` itself, so keys normalised elsewhere would be chained twice.
+
+Cost: O(trace bytes) parsing plus, per request and routed instance, one ``record_query``
+(O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + engine
+state). With the compact engine (``engine``: ``"compact"``, or ``"auto"`` for a trace of
+:data:`AUTO_COMPACT_BYTES` or more) each parse batch goes to the manager's ``record_batch``
+once per instance: the same validation per request, one compiled replay for all of them
+(instances are independent, so grouping by instance changes no fact); the first failing
+request in trace order is reported exactly as the one-by-one loop reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
+from litehit_core.engine import DEFAULT_MODEL, LRU_ENGINES, auto_lru_engine
+from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
+from litehit_service.errors import OptimizerError
+from litehit_service.litehit.config import ReplayConfig, check_config, raise_config_errors
+from litehit_service.litehit.parsing import (
+    BATCH_LINES,
+    Batch,
+    Event,
+    inline_batches,
+    lmcache_batches,
+    pool_batches,
+)
+from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
+from litehit_service.model import InstanceSummary
+from litehit_service.offline.outputs import run_line
+from litehit_service.policy import QueryPolicy
+from litehit_service.traces.readers import get_reader
+
+__all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
+
+EXECUTORS = ("local", "ray")
+"""Where instance lanes run: this process, or one Ray task each."""
+
+_Lane = tuple[str, Callable[[str, int, int, Sequence[tuple[int, int]]], str]]
+"""A routing target: the instance id and its ledger line formatter."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySummary:
+    """What one replay did.
+
+    ``requests``: request events replayed (writes excluded); ``rows``: facts rows written
+    (requests x routed instances); ``instances``: configured instances; ``elapsed_s``: wall
+    time of the whole run (setup, parsing, replay, writing); ``requests_per_s`` =
+    requests / elapsed_s; ``instance_summaries``: the manager's cumulative counters per
+    instance (sorted by id), holding the token hit rate of every capacity slot.
+    """
+
+    requests: int
+    rows: int
+    writes_skipped: int
+    instances: int
+    elapsed_s: float
+    requests_per_s: float
+    facts_path: str
+    instance_summaries: tuple[InstanceSummary, ...]
+
+    def summary_line(self) -> str:
+        """The one-line summary: requests, instances, rows, elapsed, requests/s, facts path."""
+        parts = f"{self.instances} instances, {self.rows} rows"
+        return run_line("replay", self.requests, "requests", parts, self.elapsed_s, self.facts_path)
+
+    def instance_lines(self) -> list[str]:
+        """One line per instance: its token hit rate at every capacity slot (and infinite)."""
+        out = []
+        for s in self.instance_summaries:
+            rates = [f"{_gb(c.capacity_gb)} GiB {c.hit_rate:.2%}" for c in s.capacity_summaries]
+            if s.theoretical_enabled:
+                rates.append(f"inf {s.max_hit_rate:.2%}")
+            out.append(
+                f"  {s.instance_id} (group {s.instance_group}, block {s.debug_info.block_size} "
+                f"tokens, {s.total_queries} requests): token hit rate {', '.join(rates)}"
+            )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as one JSON-ready object (``litehit replay --json``): the totals
+        (``requests``, ``rows``, ``writes_skipped``), ``elapsed_s``, ``requests_per_s``,
+        ``facts_path`` and per instance (sorted by id) ``instance_id``, ``instance_group``,
+        ``block_size`` (tokens), ``requests``, ``input_tokens``, one entry per configured
+        capacity (``capacity_gb``, ``capacity_blocks``, ``hit_blocks``, ``hit_tokens``,
+        ``hit_rate``) and the theoretical maximum's ``theoretical_hit_tokens`` and
+        ``theoretical_hit_rate`` (both null when the group does not track it). Counts are
+        ints; ``capacity_gb`` is an int when it is a whole number of GiB. O(slots)."""
+        return {
+            "requests": self.requests,
+            "rows": self.rows,
+            "writes_skipped": self.writes_skipped,
+            "elapsed_s": self.elapsed_s,
+            "requests_per_s": self.requests_per_s,
+            "facts_path": self.facts_path,
+            "instances": [_instance_json(s) for s in self.instance_summaries],
+        }
+
+
+def _instance_json(s: InstanceSummary) -> dict[str, Any]:
+    bs = s.debug_info.block_size
+    theoretical = s.theoretical_enabled
+    return {
+        "instance_id": s.instance_id,
+        "instance_group": s.instance_group,
+        "block_size": bs,
+        "requests": s.total_queries,
+        "input_tokens": s.total_input_tokens,
+        "capacities": [
+            {
+                "capacity_gb": _whole(c.capacity_gb),
+                "capacity_blocks": c.capacity_blocks,
+                "hit_blocks": c.total_hits,
+                "hit_tokens": c.total_hits * bs,
+                "hit_rate": c.hit_rate,
+            }
+            for c in s.capacity_summaries
+        ],
+        "theoretical_hit_tokens": s.total_max_hits * bs if theoretical else None,
+        "theoretical_hit_rate": s.max_hit_rate if theoretical else None,
+    }
+
+
+def _whole(value: float) -> int | float:
+    """``value`` as an int when it is a whole number (16.0 GiB -> 16), else unchanged."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _gb(value: float) -> str:
+    return f"{value:g}"
+
+
+# --------------------------------------------------------------------------- replay
+
+
+REPLAY_ENGINES = ("auto", *LRU_ENGINES)
+
+
+def lru_engine_for(engine: str, trace_path: str) -> str:
+    """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"`` the
+    engine registry's pick for the trace file's size
+    (:func:`~litehit_core.engine.auto_lru_engine`; an unreadable file counts as empty, and
+    the reader reports it with its own message). ValueError naming the value for anything
+    else."""
+    if engine not in REPLAY_ENGINES:
+        raise ValueError(f"engine must be one of {list(REPLAY_ENGINES)}, got {engine!r}")
+    if engine != "auto":
+        return engine
+    try:
+        size = os.path.getsize(trace_path)
+    except OSError:
+        size = 0
+    return auto_lru_engine(size)
+
+
+def run_replay(
+    config: ReplayConfig,
+    *,
+    progress: bool | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    executor: str = "local",
+    ray_address: str | None = None,
+    engine: str = "auto",
+) -> ReplaySummary:
+    """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
+
+    ``progress``: show a tqdm bar on stderr (None = only when stderr is a terminal).
+    ``max_line_bytes``: the longest trace line accepted (bytes, ending excluded; a longer
+    one is a LocatedError at its line, found without reading it whole); ``ValueError``
+    unless an integer > 0.
+    ``executor``: ``"local"`` (this process) or ``"ray"`` (one Ray task per instance lane,
+    :mod:`litehit_service.litehit.lanes`; at ``ray_address``, else a local Ray): the same
+    ledger byte for byte, the same errors.
+    ``engine``: the full-attention engine, ``"python"``, ``"compact"`` or ``"auto"`` (see
+    :func:`lru_engine_for`); the same ledger byte for byte.
+    Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
+    reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
+    untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
+    ledger left by killed runs are deleted first. Cost: see the module docstring.
+    """
+    started = time.perf_counter()
+    check_max_line_bytes(max_line_bytes)
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {list(EXECUTORS)}, got {executor!r}")
+    check_config(config)
+    lru_engine = lru_engine_for(engine, config.trace_file_path)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    manager = OnlineOptimizerManager(
+        policy=QueryPolicy.offline(config.block_size), lru_engine=lru_engine
+    )
+    problems, refused = [], set()  # every group and instance the manager refuses, at once
+    for i, group in enumerate(config.instance_groups):
+        try:
+            manager.create_group(group)
+        except OptimizerError as exc:
+            problems.append(config.error(f"instance_groups[{i}]", str(exc)))
+            refused.add(group.name)
+    results = []
+    for i, reg in enumerate(config.instances):
+        try:
+            if reg.instance_group not in refused:  # else its group's error says it all
+                results.append(manager.register_instance(reg))
+        except OptimizerError as exc:
+            problems.append(config.error(f"instances[{i}]", str(exc)))
+    raise_config_errors(problems)
+    models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
+    with_model = any(model != DEFAULT_MODEL for model in models.values())  # ledger header
+    lanes: dict[str, _Lane] = {}
+    formats: dict[str, tuple[str, int, int, str | None]] = {}
+    for reg, result in zip(config.instances, results, strict=True):
+        formats[reg.instance_id] = (reg.instance_id, reg.block_size, result.size_full_only,
+                                    models[reg.instance_id] if with_model else None)  # fmt: skip
+        lanes[reg.instance_id] = (reg.instance_id, FactLineFormat(*formats[reg.instance_id]).line)
+
+    path = config.trace_file_path
+    fmt = config.trace_format
+    if config.override_instance_id:
+        fixed: tuple[_Lane, ...] | None = (lanes[config.override_instance_id],)
+    elif config.fanout_all_instances:
+        fixed = tuple(lanes.values())
+    else:
+        fixed = None
+    default_id = config.override_instance_id or next(iter(lanes))
+    whole = get_reader(fmt).whole_input
+    if whole:  # LMCache: the whole log, sorted, as one batch
+        batches = lmcache_batches(path, config, max_line_bytes)
+    elif config.pipeline_worker_count > 1:
+        workers = config.pipeline_worker_count
+        batches = pool_batches(
+            path, fmt, config.block_size, default_id, progress, workers, max_line_bytes
+        )
+    else:
+        batches = inline_batches(path, fmt, config.block_size, default_id, progress, max_line_bytes)
+
+    facts_path = Path(config.output_result_path) / FACTS_FILENAME
+    bar = _progress_bar(path, whole, progress)
+    try:
+        with FactsWriter(facts_path, with_model=with_model) as writer:
+            if executor == "ray":
+                requests, writes, summaries = _drive_lanes(
+                    config, formats, batches, lanes, fixed, path, writer, bar, ray_address,
+                    lru_engine,
+                )  # fmt: skip
+            else:
+                requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
+                summaries = manager.list_instances()
+            if not requests:
+                raise LocatedError(
+                    path,
+                    0,
+                    "no valid rows: the trace holds no get/request events"
+                    + (f" (only {writes} write events)" if writes else " (it is empty)"),
+                )
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+    elapsed = time.perf_counter() - started
+    return ReplaySummary(
+        requests=requests,
+        rows=requests * (len(fixed) if fixed is not None else 1),
+        writes_skipped=writes,
+        instances=len(lanes),
+        elapsed_s=elapsed,
+        requests_per_s=requests / elapsed if elapsed > 0 else 0.0,
+        facts_path=str(facts_path),
+        instance_summaries=tuple(summaries),
+    )
+
+
+def _progress_bar(path: str, whole_input: bool, enabled: bool) -> Any:
+    """A bar of the trace's bytes, or of requests for a format read whole (``None`` when
+    not ``enabled``)."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    total = None
+    if not whole_input:
+        try:
+            total = os.path.getsize(path)
+        except OSError:
+            total = None
+    return tqdm(
+        total=total,
+        unit="B" if not whole_input else "req",
+        unit_scale=True,
+        file=sys.stderr,
+        leave=False,
+        mininterval=0.5,
+        desc="replay",
+    )
+
+
+def _routed(
+    batches: Iterator[Batch],
+    lanes: dict[str, _Lane],
+    fixed: tuple[_Lane, ...] | None,
+    path: str,
+    bar: Any,
+    counts: list[int],
+) -> Iterator[list[tuple[Event, tuple[_Lane, ...]]]]:
+    """The one routing rule, batch by batch: each request event with the lanes it goes to
+    (``override_instance_id``, every lane with ``fanout_all_instances``, else its own
+    instance, which must be configured: a LocatedError at its line otherwise). ``write``
+    events are counted and skipped; ``counts`` becomes ``[events seen, writes]``. A batch's
+    parse error is raised after its events were yielded. O(events)."""
+    routes = {iid: (lane,) for iid, lane in lanes.items()}
+    get_route = routes.get
+    for events, error, size in batches:
+        counts[0] += len(events)
+        routed = []
+        append = routed.append
+        for event in events:
+            if event[1] == "write":
+                counts[1] += 1
+                continue
+            targets = fixed or get_route(event[2])
+            if targets is None:
+                raise LocatedError(
+                    path,
+                    event[0],
+                    f"instance_id {event[2]!r} is not a configured instance {sorted(lanes)}; "
+                    "set override_instance_id or fanout_all_instances to route every request",
+                )
+            append((event, targets))
+        yield routed
+        if bar is not None:
+            bar.update(size or len(events))
+        if error is not None:
+            raise error
+
+
+def _drive(
+    manager: OnlineOptimizerManager,
+    batches: Iterator[Batch],
+    lanes: dict[str, _Lane],
+    fixed: tuple[_Lane, ...] | None,
+    path: str,
+    config: ReplayConfig,
+    writer: FactsWriter,
+    bar: Any,
+) -> tuple[int, int]:
+    """The hot loop: query, format and write every routed event (:func:`_routed`).
+    Returns (requests, writes).
+
+    Per request: one ``record_query`` per routed instance and one line from the lane's
+    :class:`~litehit_core.FactLineFormat`.
+    """
+    record = manager.record_query
+    counts = [0, 0]
+    rows: list[str] = []
+    append = rows.append
+    batched = any(manager.batched(lane_id) for lane_id in manager.instance_ids())
+    for routed in _routed(batches, lanes, fixed, path, bar, counts):
+        if batched:
+            _record_batches(manager, routed, path, append)
+        else:
+            for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
+                for lane_id, line in targets:
+                    try:
+                        fact, tokens = record(lane_id, keys, input_len, ts)
+                    except OptimizerError as exc:
+                        raise LocatedError(path, line_no, str(exc)) from None
+                    append(line(tid, ts, tokens, fact.hit_curve))
+        writer.write_lines(rows)
+        rows.clear()
+    return counts[0] - counts[1], counts[1]
+
+
+def _record_batches(
+    manager: OnlineOptimizerManager,
+    routed: list[tuple[Event, tuple[_Lane, ...]]],
+    path: str,
+    append: Callable[[str], None],
+) -> None:
+    """One routed batch through :meth:`~OnlineOptimizerManager.record_batch`, one call per
+    instance (instances are independent, so grouping changes no fact), then its rows in
+    trace order. A failing request raises the LocatedError the one-by-one loop would: the
+    earliest failing line of any instance, with the same message. O(events)."""
+    per_lane: dict[str, list[Event]] = {}
+    for event, targets in routed:
+        for lane_id, _ in targets:
+            per_lane.setdefault(lane_id, []).append(event)
+    answers: dict[str, tuple[Iterator[Any], Iterator[int]]] = {}
+    failure: tuple[int, str] | None = None
+    for lane_id, events in per_lane.items():
+        try:
+            facts, tokens = manager.record_batch(lane_id, [(e[5], e[6], e[4]) for e in events])
+        except BatchQueryError as exc:
+            line_no = events[exc.index][0]
+            if failure is None or line_no < failure[0]:
+                failure = (line_no, str(exc.error))
+            continue
+        answers[lane_id] = (iter(facts), iter(tokens))
+    if failure is not None:
+        raise LocatedError(path, failure[0], failure[1])
+    for (_, _, _, tid, ts, *_), targets in routed:
+        for lane_id, line in targets:
+            facts_left, tokens_left = answers[lane_id]
+            append(line(tid, ts, next(tokens_left), next(facts_left).hit_curve))
+
+
+def _drive_lanes(
+    config: ReplayConfig,
+    formats: dict[str, tuple[str, int, int, str | None]],
+    batches: Iterator[Batch],
+    lanes: dict[str, _Lane],
+    fixed: tuple[_Lane, ...] | None,
+    path: str,
+    writer: FactsWriter,
+    bar: Any,
+    ray_address: str | None,
+    lru_engine: str = "python",
+) -> tuple[int, int, list[InstanceSummary]]:
+    """:func:`_drive` with every instance lane replayed as a Ray task
+    (:mod:`litehit_service.litehit.lanes`): route everything here, replay the lanes there,
+    write the rows in trace order. Returns (requests, writes, instance summaries in
+    registration order). The error raised is the one :func:`_drive` would raise."""
+    from litehit_service.litehit.lanes import LaneSpec, first_error, replay_lane, run_lanes
+
+    groups = {group.name: group for group in config.instance_groups}
+    specs = {
+        reg.instance_id: LaneSpec(
+            config.block_size,
+            groups[reg.instance_group],
+            reg,
+            formats[reg.instance_id],
+            lru_engine,
+        )  # fmt: skip
+        for reg in config.instances
+    }
+    counts = [0, 0]
+    work: dict[str, list[Any]] = {iid: [] for iid in lanes}
+    n_rows = 0
+    stopped: LocatedError | None = None
+    try:
+        for routed in _routed(batches, lanes, fixed, path, bar, counts):
+            for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
+                for lane_id, _ in targets:
+                    work[lane_id].append((n_rows, line_no, tid, ts, keys, input_len))
+                    n_rows += 1
+    except LocatedError as exc:
+        stopped = exc  # raised below unless a lane failed on an earlier line
+    results = run_lanes(specs, work, ray_address)
+    failed = first_error(results, list(lanes), path)
+    if failed is not None and (stopped is None or failed.line_no < stopped.line_no):
+        raise failed
+    if stopped is not None:
+        raise stopped
+    rows: list[str] = [""] * n_rows
+    for result in results.values():
+        for index, text in result.rows:
+            rows[index] = text
+    writer.write_lines(rows)
+    summaries = {iid: result.summary for iid, result in results.items()}
+    for iid, spec in specs.items():  # a lane without requests: its untouched summary
+        if iid not in summaries:
+            summaries[iid] = replay_lane(spec, []).summary
+    return (
+        counts[0] - counts[1],
+        counts[1],
+        [summaries[reg.instance_id] for reg in config.instances],
+    )
+
+
+def with_workers(config: ReplayConfig, workers: int) -> ReplayConfig:
+    """``config`` with ``pipeline_worker_count`` replaced (checked by :func:`run_replay`)."""
+    return replace(config, pipeline_worker_count=workers)
+
+
+def with_touch_order(config: ReplayConfig, touch_order: str) -> ReplayConfig:
+    """``config`` with every group's ``touch_order`` replaced (a ``--touch-order`` flag
+    overriding the configuration for the whole run; checked when the replay starts)."""
+    groups = tuple(replace(g, touch_order=touch_order) for g in config.instance_groups)
+    return replace(config, instance_groups=groups)

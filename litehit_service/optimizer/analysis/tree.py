@@ -1,0 +1,281 @@
+"""``litehit export-tree``: each instance's compressed trie of every path it wrote.
+
+A *node* of the exported tree is a maximal chain of blocks without branching (spec §9):
+a block starts a node when it is a first block or its parent has a number of children
+other than one; the node ends at the first block whose children are not exactly one.
+Node ids are per instance, in the order the nodes' first blocks were first written, so a
+parent's id is below its children's. Per node: ``total_blocks``; ``cached_blocks`` at the
+end of the replay (after every write, delayed ones too; a block held by two tiers counts
+twice, as ``CachedBlocks`` does); ``access_count``: the gets (``get`` and ``request``
+reads) that hit at least one of its blocks, each get counted once per node, exact with
+block masks; ``last_access_time``: ns of the latest such get (null: never hit);
+``is_leaf``; ``first_key``/``last_key``: the keys of its first and last block (with
+prefix-chained keys the last key names the whole path); with ``keys`` every block key.
+
+Everything is computed with numpy from the replay's final node arrays (pointer jumping
+for roots and chain heads, ``np.unique`` over (get, node) pairs for the per-get dedupe):
+O(paths x log(depth) + hit keys x log), no Python loop per block; the JSON text is one
+line per node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from litehit_core.policy_replay.state import CACHED
+from litehit_service.optimizer.analysis.replay import Analysis, InstanceInfo, read_records
+
+__all__ = [
+    "InstanceTree",
+    "ancestors",
+    "build_trees",
+    "hot_nodes",
+    "hot_paths_text",
+    "path_sums",
+    "tree_json",
+    "tree_summary",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceTree:
+    """One instance's compressed trie (module docstring), one entry per node in id order:
+    ``parent`` (-1 for a root), ``total_blocks``, ``cached_blocks``, ``access_count``,
+    ``last_access`` (ns, -1 never), ``first_key``, ``last_key`` (all int64); ``keys``:
+    every block key, node after node, head to tail (``key_off[i]:key_off[i + 1]`` is node
+    i's), or None when not asked for."""
+
+    info: InstanceInfo
+    parent: np.ndarray
+    total_blocks: np.ndarray
+    cached_blocks: np.ndarray
+    access_count: np.ndarray
+    last_access: np.ndarray
+    first_key: np.ndarray
+    last_key: np.ndarray
+    keys: np.ndarray | None = None
+    key_off: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        """Nodes."""
+        return len(self.parent)
+
+    @property
+    def children(self) -> np.ndarray:
+        """Child nodes per node (int64). O(nodes)."""
+        has = self.parent >= 0
+        return np.bincount(self.parent[has], minlength=self.size)
+
+    @property
+    def is_leaf(self) -> np.ndarray:
+        """Per node, whether it has no child node (bool). O(nodes)."""
+        return self.children == 0
+
+
+def _jump(target: np.ndarray) -> np.ndarray:
+    """Follow ``target`` (a forest whose roots point to themselves) to the roots: each
+    entry's root. O(n log depth)."""
+    while True:
+        nxt = target[target]
+        if np.array_equal(nxt, target):
+            return target
+        target = nxt
+
+
+def build_trees(analysis: Analysis, *, with_keys: bool = False) -> list[InstanceTree]:
+    """Every configured instance's tree, in configuration order (an instance that wrote
+    nothing has an empty one); ``with_keys``: also every block key. O(paths x
+    log(depth) + hit keys x log(hit keys))."""
+    a = analysis.result.arrays
+    stride = analysis.stride
+    n = analysis.nodes
+    ids = np.arange(n, dtype=np.int64)
+    base = ids * stride
+    parent_slot = a.parent[base].astype(np.int64)  # the parent's base slot, or -1 - instance
+    par = np.where(parent_slot >= 0, parent_slot // stride, -1)
+    first = par < 0
+    owner = -1 - parent_slot[_jump(np.where(first, ids, par))]
+    below = np.bincount(par[~first], minlength=n)  # child paths per path
+    head = first.copy()
+    head[~first] = below[par[~first]] != 1
+    heads = np.flatnonzero(head)
+    gid = np.full(n, -1, dtype=np.int64)
+    gid[heads] = np.arange(len(heads))
+    node_of = gid[_jump(np.where(head, ids, par))]  # per path: its compressed node
+    g_parent = np.where(first[heads], -1, node_of[np.maximum(par[heads], 0)])
+    n_nodes = len(heads)
+    total = np.bincount(node_of, minlength=n_nodes)
+    held = np.zeros(n, dtype=np.int64)
+    for tier in range(stride):
+        held += (a.flags[base + tier] & CACHED) != 0
+    cached = np.bincount(node_of, weights=held, minlength=n_nodes).astype(np.int64)
+    keys = a.key[base]
+    tails = np.flatnonzero(below != 1)
+    last_key = np.empty(n_nodes, dtype=np.int64)
+    last_key[node_of[tails]] = keys[tails]
+    access, last = _accesses(analysis, node_of, n_nodes)
+    g_owner = owner[heads]
+    trees = []
+    for info in analysis.instances:
+        mine = np.flatnonzero(g_owner == info.index)
+        local = np.full(n_nodes, -1, dtype=np.int64)
+        local[mine] = np.arange(len(mine))
+        gp = g_parent[mine]
+        block_keys = key_off = None
+        if with_keys:
+            blocks = np.flatnonzero(owner == info.index)
+            order = blocks[np.lexsort((blocks, node_of[blocks]))]
+            block_keys = keys[order]
+            key_off = np.zeros(len(mine) + 1, dtype=np.int64)
+            np.cumsum(total[mine], out=key_off[1:])
+        trees.append(
+            InstanceTree(
+                info=info,
+                parent=np.where(gp >= 0, local[np.maximum(gp, 0)], -1),
+                total_blocks=total[mine],
+                cached_blocks=cached[mine],
+                access_count=access[mine],
+                last_access=last[mine],
+                first_key=keys[heads[mine]],
+                last_key=last_key[mine],
+                keys=block_keys,
+                key_off=key_off,
+            )
+        )
+    return trees
+
+
+def _accesses(analysis: Analysis, node_of: np.ndarray, n_nodes: int) -> tuple[np.ndarray, ...]:
+    """Per compressed node: the gets that hit one of its blocks (once per get) and the
+    time of the latest (-1 none). Records are in time order, so the latest is the last
+    record. O(hit keys x log(hit keys))."""
+    key_node = analysis.result.arrays.key_node
+    hit = np.flatnonzero(key_node >= 0)
+    records = analysis.trace.records
+    n_rec = max(len(records.kinds), 1)
+    rec = read_records(analysis)[hit]
+    pairs = np.unique(node_of[key_node[hit].astype(np.int64) // analysis.stride] * n_rec + rec)
+    nodes, recs = pairs // n_rec, pairs % n_rec
+    access = np.bincount(nodes, minlength=n_nodes).astype(np.int64)
+    last = np.full(n_nodes, -1, dtype=np.int64)
+    if len(pairs):
+        ends = np.append(np.flatnonzero(np.diff(nodes)), len(nodes) - 1)
+        last[nodes[ends]] = records.times[recs[ends]]
+    return access, last
+
+
+def tree_json(tree: InstanceTree, *, end_ns: int) -> str:
+    """The tree as JSON text: ``instance_id``, ``group_name``, ``eviction_policy_type``,
+    ``tiers`` (names, tier 0 first; empty untiered), ``end_time_ns``, ``node_count``,
+    ``block_count``, ``cached_blocks`` (totals), ``nodes`` (one object per line, id order)
+    and ``edges`` ([parent, child], child order). O(nodes + keys)."""
+    info = tree.info
+    leaf = tree.is_leaf.tolist()
+    parent = tree.parent.tolist()
+    columns = zip(
+        range(tree.size),
+        parent,
+        tree.total_blocks.tolist(),
+        tree.cached_blocks.tolist(),
+        tree.access_count.tolist(),
+        tree.last_access.tolist(),
+        leaf,
+        tree.first_key.tolist(),
+        tree.last_key.tolist(),
+        strict=True,
+    )
+    key_lists: list[str] | None = None
+    if tree.keys is not None and tree.key_off is not None:
+        text = tree.keys.tolist()
+        off = tree.key_off.tolist()
+        key_lists = [json.dumps(text[off[i] : off[i + 1]]) for i in range(tree.size)]
+    lines = []
+    for node, p, total, cached, access, last, is_leaf, first, final in columns:
+        extra = f', "keys": {key_lists[node]}' if key_lists is not None else ""
+        lines.append(
+            f'{{"node_id": {node}, "parent_id": {"null" if p < 0 else p}, '
+            f'"total_blocks": {total}, "cached_blocks": {cached}, "access_count": {access}, '
+            f'"last_access_time": {"null" if last < 0 else last}, '
+            f'"is_leaf": {"true" if is_leaf else "false"}, "first_key": {first}, '
+            f'"last_key": {final}{extra}}}'
+        )
+    edges = ", ".join(f"[{p}, {c}]" for c, p in enumerate(parent) if p >= 0)
+    head = {
+        "instance_id": info.instance_id,
+        "group_name": info.group_name,
+        "eviction_policy_type": info.policy,
+        "tiers": list(info.tier_names),
+        "end_time_ns": end_ns,
+        "node_count": tree.size,
+        "block_count": int(tree.total_blocks.sum()),
+        "cached_blocks": int(tree.cached_blocks.sum()),
+    }
+    body = ",\n".join(lines)
+    return json.dumps(head)[:-1] + f',\n"nodes": [\n{body}\n],\n"edges": [{edges}]}}\n'
+
+
+def path_sums(parent: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Per node of the forest ``parent`` (-1 for a root), the sum of ``weight`` over its
+    chain from the root down to itself (with ``total_blocks``: its depth in blocks),
+    by pointer jumping. O(nodes x log(depth))."""
+    total = weight.astype(np.int64).copy()
+    up = parent.astype(np.int64).copy()
+    live = np.flatnonzero(up >= 0)
+    while len(live):
+        target = up[live]
+        total[live] += total[target]
+        up[live] = up[target]
+        live = live[up[live] >= 0]
+    return total
+
+
+def hot_nodes(tree: InstanceTree, k: int) -> np.ndarray:
+    """The ``k`` nodes with the most gets (ties: the lower id first), nodes never hit
+    left out. O(nodes log nodes)."""
+    order = np.lexsort((np.arange(tree.size), -tree.access_count))
+    order = order[tree.access_count[order] > 0]
+    return order[:k]
+
+
+def ancestors(tree: InstanceTree, node: int) -> list[int]:
+    """``node``'s chain from its root down to itself. O(depth)."""
+    chain = [node]
+    while tree.parent[chain[-1]] >= 0:
+        chain.append(int(tree.parent[chain[-1]]))
+    return chain[::-1]
+
+
+def hot_paths_text(tree: InstanceTree, k: int) -> str:
+    """The hot paths (spec §9) as text: per hot node its gets, the time of its latest
+    (seconds), its blocks from the root and its chain of nodes ``id(blocks)`` root first.
+    O(k x depth)."""
+    lines = [f"{tree.info.instance_id}: top {k} nodes by gets (node: gets, latest, path)"]
+    for rank, node in enumerate(hot_nodes(tree, k).tolist(), start=1):
+        chain = ancestors(tree, node)
+        depth = int(tree.total_blocks[chain].sum())
+        path = " > ".join(f"{c}({int(tree.total_blocks[c])})" for c in chain)
+        lines.append(
+            f"  #{rank} node {node}: {int(tree.access_count[node])} gets, latest at "
+            f"{int(tree.last_access[node]) / 1e9:.3f} s, {depth} blocks deep: {path}"
+        )
+    if len(lines) == 1:
+        lines.append("  (no get hit this instance's blocks)")
+    return "\n".join(lines)
+
+
+def tree_summary(tree: InstanceTree) -> str:
+    """One line: nodes, roots, leaves, blocks, cached blocks, deepest path (blocks), the
+    nodes some get hit."""
+    if not tree.size:
+        return f"{tree.info.instance_id}: no path written"
+    depth = path_sums(tree.parent, tree.total_blocks)
+    return (
+        f"{tree.info.instance_id}: {tree.size} nodes ({int((tree.parent < 0).sum())} roots, "
+        f"{int(tree.is_leaf.sum())} leaves), {int(tree.total_blocks.sum())} blocks, "
+        f"{int(tree.cached_blocks.sum())} cached, deepest path {int(depth.max())} blocks, "
+        f"{int((tree.access_count > 0).sum())} nodes hit"
+    )

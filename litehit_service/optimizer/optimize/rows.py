@@ -1,0 +1,161 @@
+"""``{instance_id}_hit_rates.csv``: the reference's columns, one row per read (spec §6).
+
+The replay gives per read its record, local and remote hit blocks, cached blocks (the
+instance's and everyone's) and the keys written so far; everything else is derived here,
+per instance, with integer arithmetic: ``*Tokens = *Blocks x block_size``, ``Acc*`` are
+running sums over the instance's reads, rates are token ratios printed with 6 decimals (0
+when the denominator is 0). Hit rates are ratios of accumulated integers; the trailing
+partial block stays in ``InputTokens``. Cost O(reads) with numpy; formatting ~1 µs a field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from litehit_service.optimizer.optimize.trace import LoadedTrace
+
+__all__ = ["HEADER", "InstanceRows", "format_csv", "instance_rows", "tier_header"]
+
+HEADER = (
+    "TimestampNs,CachedBlocks,CachedBlocksAllInstances,ReadBlocks,LocalHitBlocks,"
+    "RemoteHitBlocks,HitBlocks,InputTokens,LocalHitTokens,RemoteHitTokens,HitTokens,"
+    "LocalHitRate,RemoteHitRate,HitRate,AccReadBlocks,AccHitBlocks,AccInputTokens,"
+    "AccLocalHitTokens,AccRemoteHitTokens,AccHitTokens,AccLocalHitRate,AccRemoteHitRate,"
+    "AccHitRate,AccWriteBlocks"
+)
+"""The CSV header, exactly as the reference writes it."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRows:
+    """One instance's columns (int64 arrays, one entry per read, in replay order); tiered:
+    ``tier_hits`` and ``tier_cached`` (reads x tiers: hit blocks each tier served, blocks
+    each tier held right after the read)."""
+
+    timestamp_ns: np.ndarray
+    cached: np.ndarray
+    cached_all: np.ndarray
+    read_blocks: np.ndarray
+    local_hits: np.ndarray
+    remote_hits: np.ndarray
+    input_tokens: np.ndarray
+    acc_write: np.ndarray
+    block_size: int
+    tier_hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    tier_cached: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+
+    @property
+    def reads(self) -> int:
+        return len(self.timestamp_ns)
+
+    def acc(self, column: np.ndarray) -> np.ndarray:
+        """Running sum of a column."""
+        return np.cumsum(column, dtype=np.int64)
+
+    @property
+    def hit_tokens(self) -> int:
+        """Hit tokens over every read of the instance."""
+        return int((self.local_hits.sum() + self.remote_hits.sum()) * self.block_size)
+
+    @property
+    def total_input_tokens(self) -> int:
+        return int(self.input_tokens.sum())
+
+    @property
+    def tier_hit_tokens(self) -> np.ndarray:
+        """Hit tokens each tier served over every read (int64, one per tier)."""
+        return self.tier_hits.sum(axis=0, dtype=np.int64) * self.block_size
+
+
+def instance_rows(
+    trace: LoadedTrace, rows: np.ndarray, inst: int, block_size: int, tiers: int = 0
+) -> InstanceRows:
+    """The reads of instance ``inst`` among ``rows`` (the replay's, all instances; its
+    first ``tiers`` tiers' columns when tiered). O(reads)."""
+    records = trace.records
+    mine = rows[records.insts[rows[:, 0]] == inst] if len(rows) else rows
+    rec = mine[:, 0]
+    stride = (rows.shape[1] - 6) // 2
+    tier_hits = mine[:, 6 : 6 + tiers] if tiers else np.zeros((len(mine), 0), dtype=np.int64)
+    tier_cached = (
+        mine[:, 6 + stride : 6 + stride + tiers]
+        if tiers
+        else np.zeros((len(mine), 0), dtype=np.int64)
+    )
+    return InstanceRows(
+        timestamp_ns=records.times[rec],
+        cached=mine[:, 3],
+        cached_all=mine[:, 4],
+        read_blocks=(records.key_off[rec + 1] - records.key_off[rec]),
+        local_hits=mine[:, 1],
+        remote_hits=mine[:, 2],
+        input_tokens=trace.input_lens[rec],
+        acc_write=mine[:, 5],
+        block_size=block_size,
+        tier_hits=tier_hits,
+        tier_cached=tier_cached,
+    )
+
+
+def _rates(num: np.ndarray, den: np.ndarray) -> list[str]:
+    out = np.zeros(len(num), dtype=np.float64)
+    np.divide(num, den, out=out, where=den > 0)
+    return [f"{v:.6f}" for v in out.tolist()]
+
+
+def tier_header(names: Sequence[str]) -> str:
+    """The per-tier columns of the header (spec §6), tier 0 first; '' untiered."""
+    return "".join(
+        f",Tier{i}({n})_HitTokens,Tier{i}({n})_HitRate,AccTier{i}({n})_HitRate"
+        for i, n in enumerate(names)
+    )
+
+
+def format_csv(r: InstanceRows, tier_names: Sequence[str] = ()) -> str:
+    """The whole CSV text (header and rows, ``\\n`` line ends); ``tier_names`` (one per
+    column of ``r.tier_hits``) add the per-tier columns. O(reads)."""
+    bs = r.block_size
+    hits = r.local_hits + r.remote_hits
+    local_t, remote_t, hit_t = r.local_hits * bs, r.remote_hits * bs, hits * bs
+    acc_in, acc_local, acc_remote, acc_hit = (
+        r.acc(r.input_tokens),
+        r.acc(local_t),
+        r.acc(remote_t),
+        r.acc(hit_t),
+    )
+    int_cols: Sequence[np.ndarray] = (
+        r.timestamp_ns,
+        r.cached,
+        r.cached_all,
+        r.read_blocks,
+        r.local_hits,
+        r.remote_hits,
+        hits,
+        r.input_tokens,
+        local_t,
+        remote_t,
+        hit_t,
+    )
+    rate_cols = (
+        _rates(local_t, r.input_tokens),
+        _rates(remote_t, r.input_tokens),
+        _rates(hit_t, r.input_tokens),
+    )
+    acc_cols = (r.acc(r.read_blocks), r.acc(hits), acc_in, acc_local, acc_remote, acc_hit)
+    acc_rates = (_rates(acc_local, acc_in), _rates(acc_remote, acc_in), _rates(acc_hit, acc_in))
+    columns: list[Sequence[str]] = [list(map(str, c.tolist())) for c in int_cols]
+    columns += rate_cols
+    columns += [list(map(str, c.tolist())) for c in acc_cols]
+    columns += acc_rates
+    columns.append(list(map(str, r.acc_write.tolist())))
+    for tier in range(len(tier_names)):
+        tier_t = r.tier_hits[:, tier] * bs
+        columns.append(list(map(str, tier_t.tolist())))
+        columns.append(_rates(tier_t, r.input_tokens))
+        columns.append(_rates(r.acc(tier_t), acc_in))
+    lines = [HEADER + tier_header(tier_names)]
+    lines += map(",".join, zip(*columns, strict=True))
+    return "\n".join(lines) + "\n"
