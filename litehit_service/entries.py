@@ -16,12 +16,13 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from litehit_core import LocatedError
+from litehit_service.config_files import join_field, parse_json, read_text
+from litehit_service.config_kinds import check_kind
 from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
@@ -32,10 +33,7 @@ from litehit_service.model import (
 __all__ = [
     "Fields",
     "group_from_dict",
-    "join_field",
     "load_groups_file",
-    "parse_json",
-    "read_text",
     "registration_from_dict",
 ]
 
@@ -77,11 +75,6 @@ def _show(value: Any) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def join_field(where: str, name: str) -> str:
-    """Dotted path of ``name`` inside ``where``: ``instances[0]`` -> ``instances[0].name``."""
-    return f"{where}.{name}" if where else name
 
 
 def _report(problems: list[LocatedError] | None, error: LocatedError) -> None:
@@ -315,28 +308,6 @@ def registration_from_dict(
 _GROUPS_FILE_KEYS = ("instance_groups", "instances")
 
 
-def read_text(path: str, what: str) -> str:
-    """The UTF-8 text of ``path`` (a BOM skipped); LocatedError at line 0 naming ``what``
-    when it cannot be read. O(file size)."""
-    try:
-        return Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise LocatedError(path, 0, f"cannot read the {what}: {reason}") from None
-
-
-def parse_json(path: str, text: str) -> Any:
-    """``text`` (from ``path``) as JSON; LocatedError with the parser's line. O(len)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LocatedError(
-            path, exc.lineno, f"invalid JSON: {exc.msg} at column {exc.colno}"
-        ) from None
-    except RecursionError:
-        raise LocatedError(path, 0, "invalid JSON: nested too deeply") from None
-
-
 def load_groups_file(
     path: str | os.PathLike[str],
 ) -> tuple[list[InstanceGroup], list[InstanceRegistration]]:
@@ -345,7 +316,9 @@ def load_groups_file(
     Entries use the proto's field names, parsed exactly like the ``instance_groups`` and
     ``instances`` of a replay config (e.g. eviction_policy defaults to "lru"). Raises
     :class:`~litehit_core.LocatedError` naming the file, the line where the parser knows
-    it (syntax errors; 0 otherwise), the entry's field and the value. O(file size).
+    it (syntax errors; 0 otherwise), the entry's field and the value; a replay or optimizer
+    configuration is refused as such first (:func:`~litehit_service.config_kinds.check_kind`).
+    O(file size).
     """
     name = os.fspath(path)
     text = read_text(name, "groups file")
@@ -361,6 +334,7 @@ def load_groups_file(
         raise LocatedError(name, line, f"invalid YAML: {problem}") from None
     if data is None:
         data = {}
+    check_kind(data, "groups", name)  # another kind of document: say so, alone
     try:
         f = Fields(data, "", _GROUPS_FILE_KEYS)
         # YAML writes an empty list as "instances:" (null): treat null as empty

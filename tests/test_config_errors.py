@@ -11,7 +11,8 @@ import pytest
 
 from litehit_core import LocatedError
 from litehit_service.cli import main
-from litehit_service.litehit.config import ConfigErrors, load_config
+from litehit_service.config_files import ConfigErrors
+from litehit_service.litehit.config import load_config
 
 SPEC = {
     "location_spec_infos": [{"name": "hbm", "size": 1024}],

@@ -26,30 +26,24 @@ Every level is strict: an unknown field, a duplicate field or a value of the wro
 is a :class:`LocatedError` naming the field's path (``instances[0].blok_size``) and, when
 read from a file, its line. Structure and types are checked here; the semantic rules of
 groups and registrations (capacities > 0, known spec names, ...) are the manager's, applied
-when the replay starts. :func:`group_from_dict` and :func:`registration_from_dict` parse one
-entry each and are reusable for any JSON/YAML source (e.g. a ``serve --groups`` file).
+when the replay starts. An optimizer configuration or a serve groups file is refused as such
+first, in one error (:mod:`litehit_service.config_kinds`). :func:`group_from_dict` and
+:func:`registration_from_dict` parse one entry each and are reusable for any JSON/YAML source
+(e.g. a ``serve --groups`` file).
 """
 
 from __future__ import annotations
 
-import bisect
-import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from litehit_core import LocatedError
-from litehit_service.entries import (
-    Fields,
-    group_from_dict,
-    join_field,
-    parse_json,
-    read_text,
-    registration_from_dict,
-)
+from litehit_service.config_files import field_line, raise_config_errors, read_json_document
+from litehit_service.config_kinds import check_kind
+from litehit_service.entries import Fields, group_from_dict, registration_from_dict
 from litehit_service.model import (
     InstanceGroup,
     InstanceRegistration,
@@ -59,12 +53,8 @@ from litehit_service.traces.readers.registry import format_names, get_reader
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "TRACE_FORMATS",
-    "ConfigErrors",
     "ReplayConfig",
     "check_config",
-    "field_line",
-    "raise_config_errors",
-    "read_json_document",
     "group_from_dict",
     "load_config",
     "registration_from_dict",
@@ -111,45 +101,6 @@ class ReplayConfig:
         return LocatedError(self.source, self.line_of(field_path), reason, field_path)
 
 
-class ConfigErrors(LocatedError):
-    """Every problem of a config at once: a :class:`LocatedError` that is the first of
-    ``errors`` (its path, line, field and reason) and prints all of them, one
-    ``path:line: field: reason`` per line, in line order. Picklable."""
-
-    def __init__(self, errors: tuple[LocatedError, ...]) -> None:
-        first = errors[0]
-        super().__init__(first.path, first.line_no, first.reason, first.field)
-        self.errors = errors
-        self.args = ("\n".join(str(e) for e in errors),)
-
-    def __str__(self) -> str:
-        return self.args[0]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.errors,))
-
-    def at(self, path: str, line_no: int) -> ConfigErrors:
-        """Every error placed at ``path:line_no`` (see :meth:`LocatedError.at`)."""
-        return ConfigErrors(tuple(e.at(path, line_no) for e in self.errors))
-
-
-def raise_config_errors(problems: list[LocatedError]) -> None:
-    """Raise :class:`ConfigErrors` of ``problems`` (sorted by line; a problem about a field
-    at or under one already reported is left out, as a consequence of it); no-op if none."""
-    kept: list[LocatedError] = []
-    for problem in problems:
-        if not any(_within(problem.field, k.field) for k in kept):
-            kept.append(problem)
-    if kept:
-        raise ConfigErrors(tuple(sorted(kept, key=lambda e: e.line_no)))
-
-
-def _within(field_path: str, parent: str) -> bool:
-    if not parent or field_path == parent:  # "": the document itself is wrong
-        return True
-    return field_path.startswith(parent) and field_path[len(parent)] in ".["
-
-
 _TOP_FIELDS = (
     "trace_file_path",
     "output_result_path",
@@ -179,10 +130,13 @@ def replay_config_from_dict(
     pipeline_worker_count > 0, a known trace_format, at least one group and one instance,
     unique instance ids, every instance's block_size a positive multiple of block_size,
     override_instance_id naming a configured instance, and not both override and fanout.
-    Every problem is reported at once: :class:`ConfigErrors` (a :class:`LocatedError`),
-    each located via ``source``/``field_lines``. O(config size).
+    Every problem is reported at once: :class:`~litehit_service.config_files.ConfigErrors`
+    (a :class:`LocatedError`), each located via ``source``/``field_lines``. An optimizer
+    configuration or a serve groups file is refused as such before any field is checked
+    (:func:`~litehit_service.config_kinds.check_kind`). O(config size).
     """
     lines = dict(field_lines or {})
+    check_kind(data, "replay", source, lines)  # another kind of document: say so, alone
     probe = ReplayConfig("", "", (), (), source=source, field_lines=lines)
     return _build(data, Path(base_dir), probe)
 
@@ -242,7 +196,8 @@ def check_config(config: ReplayConfig) -> None:
     ``override_instance_id`` names a configured instance and is not combined with
     ``fanout_all_instances``; a Mooncake trace (no instance ids) needs override, fanout or
     exactly one instance. Group and registration value rules are left to the manager.
-    Every problem is reported at once (:class:`ConfigErrors`). O(instances).
+    Every problem is reported at once
+    (:class:`~litehit_service.config_files.ConfigErrors`). O(instances).
     """
     raise_config_errors(config_problems(config))
 
@@ -319,33 +274,6 @@ def config_problems(config: ReplayConfig) -> list[LocatedError]:
     return found
 
 
-def field_line(field_lines: Mapping[str, int], field_path: str) -> int:
-    """Line of ``field_path`` in ``field_lines`` (:func:`read_json_document`), else of its
-    nearest parent (the whole document's first line at the top); 0 if unknown. O(depth)."""
-    path = field_path
-    while path:
-        line = field_lines.get(path)
-        if line is not None:
-            return line
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return field_lines.get("", 0)
-
-
-def read_json_document(path: str | os.PathLike[str], what: str) -> tuple[Any, dict[str, int]]:
-    """A JSON configuration file: its data and the 1-based line of every field path
-    (``instances[0].block_size``). LocatedError for a file that cannot be read (naming
-    ``what``), invalid JSON (the parser's line) or a field given twice. O(file size)."""
-    name = os.fspath(path)
-    text = read_text(name, what)
-    data = parse_json(name, text)
-    lines, duplicate = _field_lines(text)
-    if duplicate is not None:
-        dup_path, dup_line = duplicate
-        raise LocatedError(name, dup_line, "duplicate field (given twice)", dup_path)
-    return data, lines
-
-
 def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
     """Read and validate a replay config file (JSON, UTF-8).
 
@@ -356,61 +284,3 @@ def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
     name = os.fspath(path)
     data, lines = read_json_document(name, "config")
     return replay_config_from_dict(data, base_dir=Path(name).parent, source=name, field_lines=lines)
-
-
-# --------------------------------------------------------------------------- line locator
-
-_WS = re.compile(r"[ \t\n\r]*")
-
-
-def _field_lines(text: str) -> tuple[dict[str, int], tuple[str, int] | None]:
-    """Map every field path of a valid JSON document to the 1-based line where it starts.
-
-    Object members map at their key, array elements at their value. Also returns the first
-    duplicate member ``(path, line)``, if any. O(len(text) + fields * log lines).
-    """
-    newlines = [m.start() for m in re.finditer("\n", text)]
-    decode = json.JSONDecoder().raw_decode
-    ws = _WS.match
-
-    def skip(i: int) -> int:
-        return ws(text, i).end()  # type: ignore[union-attr]  # always matches
-
-    lines: dict[str, int] = {}
-    duplicate: list[tuple[str, int]] = []
-
-    def line_of(i: int) -> int:
-        return bisect.bisect_left(newlines, i) + 1
-
-    def walk(i: int, path: str) -> int:
-        i = skip(i)
-        ch = text[i]
-        if ch not in "{[":
-            return decode(text, i)[1]
-        close = "}" if ch == "{" else "]"
-        i = skip(i + 1)
-        if text[i] == close:
-            return i + 1
-        k = 0
-        while True:
-            i = skip(i)
-            if ch == "{":
-                key, i2 = decode(text, i)
-                p = join_field(path, key)
-                if p in lines and not duplicate:
-                    duplicate.append((p, line_of(i)))
-                lines.setdefault(p, line_of(i))
-                i = skip(i2) + 1  # past ':'
-            else:
-                p = f"{path}[{k}]"
-                lines[p] = line_of(i)
-                k += 1
-            i = skip(walk(i, p))
-            if text[i] == ",":
-                i += 1
-                continue
-            return i + 1
-
-    lines[""] = line_of(skip(0))
-    walk(0, "")
-    return lines, (duplicate[0] if duplicate else None)

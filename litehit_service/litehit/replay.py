@@ -48,8 +48,9 @@ from typing import Any
 from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
 from litehit_core.engine import DEFAULT_MODEL, LRU_ENGINES, auto_lru_engine
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
+from litehit_service.config_files import raise_config_errors
 from litehit_service.errors import OptimizerError
-from litehit_service.litehit.config import ReplayConfig, check_config, raise_config_errors
+from litehit_service.litehit.config import ReplayConfig, check_config
 from litehit_service.litehit.parsing import (
     BATCH_LINES,
     Batch,
@@ -504,6 +505,11 @@ def _drive_lanes(
 def with_workers(config: ReplayConfig, workers: int) -> ReplayConfig:
     """``config`` with ``pipeline_worker_count`` replaced (checked by :func:`run_replay`)."""
     return replace(config, pipeline_worker_count=workers)
+
+
+def with_output_dir(config: ReplayConfig, folder: str) -> ReplayConfig:
+    """``config`` writing into ``folder`` instead of its ``output_result_path`` (``-o DIR``)."""
+    return replace(config, output_result_path=folder)
 
 
 def with_touch_order(config: ReplayConfig, touch_order: str) -> ReplayConfig:

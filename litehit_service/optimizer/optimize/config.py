@@ -13,7 +13,9 @@ A reference configuration runs as is (spec §1)::
                        "eviction_policy_params": {"sample_rate": 0.1}}]}]}
 
 Every field is checked and every problem reported at once (``ConfigErrors``: file, line,
-field path, value); an unknown field is an error naming it. Fields the reference knows and
+field path, value); an unknown field is an error naming it. A replay configuration or a
+serve groups file is refused as such first, in one error (:mod:`litehit_service.config_kinds`);
+reading and locating use :mod:`litehit_service.config_files`. Fields the reference knows and
 LiteHit reads but does not act on are in :data:`KNOWN_UNUSED` (the README lists them).
 Policies, their parameters and defaults come from :data:`litehit_core.engine.POLICIES`.
 """
@@ -28,8 +30,9 @@ from typing import Any
 
 from litehit_core import LocatedError
 from litehit_core.engine import DEFAULT_POLICY, POLICIES, PolicyModel
+from litehit_service.config_files import field_line, raise_config_errors, read_json_document
+from litehit_service.config_kinds import check_kind
 from litehit_service.entries import Fields
-from litehit_service.litehit.config import field_line, raise_config_errors, read_json_document
 
 __all__ = [
     "EVICTION_MODES",
@@ -230,7 +233,11 @@ def optimize_config_from_dict(
     field_lines: dict[str, int] | None = None,
 ) -> OptimizeConfig:
     """Validate a configuration object (module docstring); ``ConfigErrors`` with every
-    problem located in ``source``. O(configuration size)."""
+    problem located in ``source``. A replay configuration or a serve groups file is refused
+    as such before any field is checked (:func:`~litehit_service.config_kinds.check_kind`).
+    O(configuration size)."""
+    lines = dict(field_lines or {})
+    check_kind(data, "optimizer", source, lines)  # another kind of document: say so, alone
     found: list[LocatedError] = []
     f = Fields(data, "", _TOP, found)
     trace = f.string("trace_file_path", required=True)
@@ -277,7 +284,6 @@ def optimize_config_from_dict(
                     )
                 )
             seen.setdefault(inst.instance_id, where)
-    lines = dict(field_lines or {})
     raise_config_errors(
         [LocatedError(source, field_line(lines, p.field), p.reason, p.field) for p in found]
     )
