@@ -7,7 +7,7 @@ Usage: PYTHONPATH=. python bench/bench_commands.py [TRACE.jsonl] [--copies 1,2,4
 Writes the Mooncake conversation as an LMCache lookup-hash log ``--copies`` times over
 (copy c with fresh keys, key + c x 2**40, after the previous copy in time), then runs
 ``python -m litehit_service sweep -i LOG --json --no-plot --engine E`` and ``simulate -i
-LOG --cache-capacity-gib 64 --json --no-plot --engine E`` for E in python, compact and
+LOG --capacity-gib 64 --json --no-plot --engine E`` for E in python, compact and
 auto, interleaved, best wall time of ``--repeat`` (``--touch-order``, default tail-first;
 the three engines print the same JSON, checked). Beside them, the floors every such command
 pays: the interpreter alone, ``import numpy`` and ``import numpy, numba``.
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("python", "compact", "auto")
 COMMANDS = {
     "sweep": ["sweep"],
-    "simulate": ["simulate", "--cache-capacity-gib", "64"],
+    "simulate": ["simulate", "--capacity-gib", "64"],
 }
 
 

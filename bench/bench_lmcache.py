@@ -238,7 +238,7 @@ def part_simulate(ctx: Context) -> None:
     simulate --touch-order head-first`` at 64 GiB, report alone and with the PNG; the two
     reports' numbers are checked equal first."""
     tmp = ctx.log.parent
-    common = ["simulate", "-i", str(ctx.log), "--cache-capacity-gib", str(CAPACITY_GIB),
+    common = ["simulate", "-i", str(ctx.log), "--capacity-gib", str(CAPACITY_GIB),
               "--touch-order", "head-first"]  # fmt: skip
     ours = {
         "litehit simulate --json --no-plot": [*common, "--json", "--no-plot"],

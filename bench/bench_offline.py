@@ -155,7 +155,7 @@ def main() -> int:
         caps_blocks = log_capacities(unique, args.capacities, lowest=64)
         caps_gb = [f"{c * BLOCK_BYTES / 1024**3!r}" for c in caps_blocks]
         out_jsonl = work / "hits.jsonl"
-        argv = ["query", str(facts), "--capacity-gb", *caps_gb, "-o", str(out_jsonl)]
+        argv = ["query", str(facts), "--capacity-gib", *caps_gb, "-o", str(out_jsonl)]
 
         def query() -> int:
             with contextlib.redirect_stderr(io.StringIO()):

@@ -27,6 +27,7 @@ from typing import Any
 
 from litehit_core import InvalidRequestError, LocatedError
 from litehit_service.commands import COMMAND_MODULES, CommandFailed, UsageError, rpc_detail
+from litehit_service.commands.options import CommandParser
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -78,8 +79,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser with every subcommand of :data:`COMMAND_MODULES` registered,
     or only the one of module ``only`` (what :func:`main` builds for a command line that
     names its subcommand first: a command imports nothing of the others). ``--version``
-    prints :func:`version_text` on stdout and exits 0."""
-    parser = argparse.ArgumentParser(
+    prints :func:`version_text` on stdout and exits 0. Every parser is a
+    :class:`~litehit_service.commands.options.CommandParser` (the one vocabulary's help)."""
+    parser = CommandParser(
         prog="litehit",
         description="Exact prefix KV-cache hit rates for an LRU of every capacity.",
     )

@@ -62,7 +62,7 @@ def test_convert_mooncake_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtu
     out.parent.mkdir()
     code = main(
         ["convert", "--from", "mooncake", str(src), "-o", str(out), "--block-size", "4",
-         "--instance-id", "pod-1"]
+         "--instance", "pod-1"]
     )  # fmt: skip
     assert code == 0
     assert out.read_text(encoding="utf-8") == (
@@ -208,7 +208,7 @@ def test_convert_lmcache_model_filter_and_override(tmp_path: Path) -> None:
     )  # fmt: skip
     out, cfg = tmp_path / "trace.jsonl", tmp_path / "config.json"
     code = main(
-        ["convert", "--from", "lmcache", str(src), "-o", str(out), "--model", "qwen",
+        ["convert", "--from", "lmcache", str(src), "-o", str(out), "--instance", "qwen",
          "--kv-bytes-per-chunk", "999", "--emit-config", str(cfg), "--time-offset-ns", "0"]
     )  # fmt: skip
     assert code == 0
@@ -321,14 +321,16 @@ def test_convert_rejects_backwards_timestamps(
     ("fmt", "extra", "message"),
     [
         (
-            "mooncake",
-            ["--model", "m"],
-            "--model applies to --from lmcache only, not --from mooncake",
+            "standard",
+            ["--instance", "i"],
+            "--instance applies to --from mooncake / lmcache / qwen-bailian only, not --from "
+            "standard",
         ),
         (
             "standard",
-            ["--instance-id", "i"],
-            "--instance-id applies to --from mooncake / qwen-bailian only, not --from standard",
+            ["--model", "m"],  # the old spelling names the option as it is spelled now
+            "--instance applies to --from mooncake / lmcache / qwen-bailian only, not --from "
+            "standard",
         ),
         (
             "lmcache",

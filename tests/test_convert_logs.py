@@ -83,6 +83,8 @@ def test_every_converter_option_is_a_convert_flag() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     dests = {a.dest for a in sub.choices["convert"]._actions}
+    assert "instance" in dests  # --instance sets instance_id or model, as the source takes it
+    dests |= {"instance_id", "model"}
     for converter in CONVERTERS.values():
         assert set(converter.options) <= dests, converter
         assert set(converter.required) <= set(converter.options) & set(REQUIRED_ARGS)
@@ -420,8 +422,8 @@ def test_bad_bailian_lines(tmp_path: Path, capsys, line: str, message: str) -> N
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--from", "qwen-bailian"], "--from qwen-bailian needs --instance NAME"),
-        (["--from", "publisher-log"], "--from publisher-log needs --block-size N"),
+        (["--from", "qwen-bailian"], "--from qwen-bailian needs --instance ID"),
+        (["--from", "publisher-log"], "--from publisher-log needs --block-size TOKENS"),
         (["--from", "publisher-log", "--block-size", "4", "--emit", "get-write"],
          "--emit applies to --from qwen-bailian only, not --from publisher-log"),
         (["--from", "qwen-bailian", "--instance", "i", "--instance-map", "m.json"],

@@ -320,7 +320,7 @@ def test_cli_csv_matches_query_at_breakpoints(
             assert rate == hits / tokens
         # the same numbers from `litehit query` at each breakpoint's capacity in GiB
         gbs = [repr(float(r[3])) for r in recs]
-        code = main(["query", str(facts), "--capacity-gb", *gbs, "--summary-only"])
+        code = main(["query", str(facts), "--capacity-gib", *gbs, "--summary-only"])
         q_out = capsys.readouterr().out
         assert code == 0
         (summary,) = [s for s in map(json.loads, q_out.splitlines()) if s.get("instance_id") == iid]

@@ -210,10 +210,10 @@ def hand_built_logs(root: Path) -> list[Path]:
     "extra",
     [
         [],
-        ["--model", "m1"],
+        ["--instance", "m1"],
         ["-n", "4"],
-        ["--model", "m1", "-n", "3", "--output-len", "7"],
-        ["-n", "0", "--model", "m2"],
+        ["--instance", "m1", "-n", "3", "--output-len", "7"],
+        ["-n", "0", "--instance", "m2"],
     ],
 )
 def test_hand_built_logs_give_lmcaches_bytes(
@@ -376,7 +376,7 @@ def test_a_standard_trace_follows_the_rule(
     assert got[0]["prompt"][: len(shared) + 5] != got[1]["prompt"][: len(shared) + 5]
 
     only_j = tmp_path / "j.jsonl"
-    ours(capsys, only_j, [trace], byte_tok, "--block-size", "4", "--model", "j")
+    ours(capsys, only_j, [trace], byte_tok, "--block-size", "4", "--instance", "j")
     assert [p["prompt"] for p in prompts(only_j)] == [raw.decode(wanted[2])]
 
 
@@ -538,7 +538,7 @@ def test_an_error_leaves_an_existing_output_untouched(
     code, err = run_err(capsys, "-i", str(log), "--tokenizer", str(byte_tok), "-o", str(out))
     assert code == 2
     assert err == (f"{log}:2: field 'chunk_size' 8 differs from 4 first seen at {log}:1; "
-                   "gen-dataset takes one chunk size (--model picks one model)\n")  # fmt: skip
+                   "gen-dataset takes one chunk size (--instance picks one model)\n")  # fmt: skip
     assert out.read_text(encoding="utf-8") == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.jsonl", "log.jsonl"]
 
@@ -564,7 +564,7 @@ def test_model_filter_matching_nothing_names_the_models(
     byte_tok: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = write_lines(tmp_path / "log.jsonl", [lookup(), lookup(model_name="m2"), lookup()])
-    code, err = run_err(capsys, "-i", str(log), "--tokenizer", str(byte_tok), "--model", "x",
+    code, err = run_err(capsys, "-i", str(log), "--tokenizer", str(byte_tok), "--instance", "x",
                         "-o", str(tmp_path / "o.jsonl"))  # fmt: skip
     assert code == 2
     assert err == (f"litehit gen-dataset: error: no requests of model 'x' in {log}; "
@@ -575,8 +575,8 @@ def test_model_filter_matching_nothing_names_the_models(
     ("argv", "message"),
     [
         (["--block-size", "4"], "--block-size is not for LMCache logs: chunk_size is in the logs"),
-        (["--from", "mooncake", "--model", "m"], "--model is not for mooncake traces: they "
-                                                 "name no model"),
+        (["--trace-format", "mooncake", "--instance", "m"], "--instance is not for mooncake "
+                                                         "traces: they name no instance"),
     ],
 )  # fmt: skip
 def test_options_that_do_not_fit_the_input(
@@ -597,7 +597,7 @@ def test_inputs_of_different_formats_need_from(
     code, err = run_err(capsys, "-i", str(log), str(moon), "--tokenizer", str(byte_tok))
     assert code == 2
     assert err == (f"litehit gen-dataset: error: the inputs are of different formats: {log} "
-                   f"(lmcache), {moon} (mooncake); give --from\n")  # fmt: skip
+                   f"(lmcache), {moon} (mooncake); give --trace-format\n")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -608,7 +608,11 @@ def test_inputs_of_different_formats_need_from(
         (["--output-len", "0"], "argument --output-len: must be an integer >= 1, got '0'"),
         (["--output-len", "-3"], "argument --output-len: must be an integer >= 1, got '-3'"),
         (["--block-size", "0"], "argument --block-size: must be an integer >= 1, got '0'"),
-        (["--from", "csv"], "argument --from: invalid choice: 'csv'"),
+        (
+            ["--trace-format", "csv"],
+            "argument --trace-format: unknown trace format 'csv'; "
+            "known formats: 'standard', 'mooncake', 'lmcache'",
+        ),
         (["--max-line-bytes", "0"], "argument --max-line-bytes: must be an integer > 0, got '0'"),
     ],
 )
@@ -849,20 +853,21 @@ def test_a_failure_while_writing_leaves_nothing(byte_tok: Path, tmp_path: Path) 
     assert len(prompts(out)) == 2  # the same call with a working tokenizer makes them
 
 
-def test_from_offers_every_trace_format() -> None:
+def test_trace_format_takes_every_trace_format() -> None:
     from litehit_service.cli import build_parser
     from litehit_service.traces.readers import READERS
 
-    sub = build_parser()._subparsers._group_actions[0].choices["gen-dataset"]  # noqa: SLF001
-    (action,) = [a for a in sub._actions if "--from" in a.option_strings]  # noqa: SLF001
-    assert tuple(action.choices) == tuple(sorted(READERS))
+    for name in READERS:
+        args = build_parser().parse_args(["gen-dataset", "-i", "x", "--tokenizer", "t",
+                                          "--trace-format", name])  # fmt: skip
+        assert args.trace_format == name
 
 
 def test_an_input_without_requests_is_an_error(
     byte_tok: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     empty = write_lines(tmp_path / "lookup_hashes_0.jsonl", ["", "  "])
-    code, err = run_err(capsys, "-i", str(tmp_path), "--from", "lmcache", "--tokenizer",
+    code, err = run_err(capsys, "-i", str(tmp_path), "--trace-format", "lmcache", "--tokenizer",
                         str(byte_tok), "-o", str(tmp_path / "o.jsonl"))  # fmt: skip
     assert (code, err) == (2, f"litehit gen-dataset: error: no requests in {tmp_path}\n")
     code, err = run_err(capsys, "-i", str(empty), "--tokenizer", str(byte_tok))

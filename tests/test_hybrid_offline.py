@@ -143,7 +143,7 @@ def test_worked_example_replay_query_curve(
     assert ledger.read_text(encoding="utf-8") == WORKED_LEDGER
 
     gbs = [repr(4096 / GIB), repr(8192 / GIB), "-1"]
-    assert main(["query", str(ledger), "--capacity-gb", *gbs]) == 0
+    assert main(["query", str(ledger), "--capacity-gib", *gbs]) == 0
     lines = [json.loads(s) for s in capsys.readouterr().out.splitlines()]
     assert [r["hit_blocks"] for r in lines[:6]] == [
         [0, 0, 0],
@@ -157,7 +157,7 @@ def test_worked_example_replay_query_curve(
     assert lines[6]["total_hit_tokens"] == [24, 36, 48]
     assert lines[6]["hit_rates"] == [24 / 80, 36 / 80, 48 / 80]
     # one byte short of a threshold is the step below: projection never floors to blocks
-    assert main(["query", str(ledger), "--summary-only", "--capacity-gb", repr(7167 / GIB)]) == 0
+    assert main(["query", str(ledger), "--summary-only", "--capacity-gib", repr(7167 / GIB)]) == 0
     (summary, _) = [json.loads(s) for s in capsys.readouterr().out.splitlines()]
     assert summary["total_hit_tokens"] == [24]
 

@@ -119,8 +119,8 @@ def test_a_command_line_builds_only_its_own_subcommand() -> None:
 
 def test_a_command_imports_no_other_command(tmp_path: Path) -> None:
     """``litehit sweep --help`` in a fresh interpreter loads the sweep command (and the
-    simulate command it builds on) and no other command module, nor grpc, numba or
-    matplotlib; ``--version`` still answers."""
+    simulate command it builds on, and the shared options) and no other command module,
+    nor grpc, numba or matplotlib; ``--version`` still answers."""
     code = (
         "import sys\n"
         "from litehit_service.cli import main\n"
@@ -134,7 +134,8 @@ def test_a_command_imports_no_other_command(tmp_path: Path) -> None:
     proc = run_python(tmp_path, code=code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == [
-        "['litehit_service.commands.simulate', 'litehit_service.commands.sweep']",
+        "['litehit_service.commands.options', 'litehit_service.commands.simulate', "
+        "'litehit_service.commands.sweep']",
         "[]",
     ]
     version = run_python(tmp_path, "-m", "litehit_service", "--version")

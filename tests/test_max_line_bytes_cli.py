@@ -94,7 +94,7 @@ def test_replay_default_limit_is_64_mib(tmp_path: Path, capsys: pytest.CaptureFi
 
 CONVERTS = [
     ("standard", std, []),
-    ("mooncake", moon, ["--block-size", "4", "--instance-id", "moon"]),
+    ("mooncake", moon, ["--block-size", "4", "--instance", "moon"]),
     ("lmcache", lmc, ["--kv-bytes-per-chunk", "8"]),
 ]
 
@@ -141,7 +141,7 @@ def test_query_refuses_a_long_line(
 ) -> None:
     out = tmp_path / "hits.jsonl"
     out.write_text("previous\n", encoding="utf-8")
-    argv = ["query", str(long_facts), "--capacity-gb", "1", "--max-line-bytes", LIMIT]
+    argv = ["query", str(long_facts), "--capacity-gib", "1", "--max-line-bytes", LIMIT]
     assert run(capsys, *argv, "-o", str(out)) == (2, "", too_long(long_facts, 3))
     assert files(tmp_path) == ["facts.csv", "hits.jsonl"]
     assert out.read_text(encoding="utf-8") == "previous\n"
@@ -152,7 +152,7 @@ def test_query_accepts_a_line_of_exactly_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], limit_facts: Path
 ) -> None:
     code, out, err = run(
-        capsys, "query", str(limit_facts), "--capacity-gb", "1", "--max-line-bytes", LIMIT
+        capsys, "query", str(limit_facts), "--capacity-gib", "1", "--max-line-bytes", LIMIT
     )
     assert code == 0, err
     assert json.loads(out.splitlines()[-1])["requests"] == 3
@@ -188,7 +188,7 @@ def test_a_bad_limit_is_a_usage_error(
     argv = {
         "replay": ["replay", "c.json"],
         "convert": ["convert", "--from", "standard", "in", "-o", "out"],
-        "query": ["query", "f.csv", "--capacity-gb", "1"],
+        "query": ["query", "f.csv", "--capacity-gib", "1"],
         "curve": ["curve", "f.csv", "--no-png"],
         "gen-dataset": ["gen-dataset", "-i", "in", "--tokenizer", "tok"],
     }[command]

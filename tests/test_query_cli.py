@@ -83,7 +83,7 @@ def summaries(out: str) -> list[dict]:
 
 
 def test_worked_example_exact_lines(worked: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, str(worked), "--capacity-gb", GB_2048_BYTES, "-1")
+    code, out, err = run(capsys, str(worked), "--capacity-gib", GB_2048_BYTES, "-1")
     assert code == 0
     assert out == "\n".join(WORKED_LINES) + "\n"
     # summaries: 28/54 at 2048 bytes, 32/54 at infinite capacity
@@ -99,7 +99,7 @@ def test_worked_example_exact_lines(worked: Path, capsys: pytest.CaptureFixture[
 def test_slots_keep_caller_order_duplicates_and_zero(
     worked: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, str(worked), "--capacity-gb", "-1", "0", GB_2048_BYTES, "-1", "0")
+    code, out, _ = run(capsys, str(worked), "--capacity-gib", "-1", "0", GB_2048_BYTES, "-1", "0")
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == 7
@@ -118,7 +118,7 @@ def test_negative_values_parse_as_capacities(
     worked: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # -1 first, -1 as a float, and options after the list
-    code, out, _ = run(capsys, "--capacity-gb", "-1", "-1.0", "8", "--summary-only", str(worked))
+    code, out, _ = run(capsys, "--capacity-gib", "-1", "-1.0", "8", "--summary-only", str(worked))
     assert code == 0
     rows = summaries(out)
     assert len(out.splitlines()) == 2
@@ -129,7 +129,7 @@ def test_negative_values_parse_as_capacities(
 
 def test_summary_only(worked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
-        capsys, str(worked), "--capacity-gb", GB_2048_BYTES, "-1", "--summary-only"
+        capsys, str(worked), "--capacity-gib", GB_2048_BYTES, "-1", "--summary-only"
     )
     assert code == 0
     assert out == "\n".join(WORKED_LINES[5:]) + "\n"
@@ -142,7 +142,7 @@ def test_instances_sorted_and_counted(tmp_path: Path, capsys: pytest.CaptureFixt
     with FactsWriter(path) as writer:
         for row in rows:
             writer.write(row)
-    code, out, err = run(capsys, str(path), "--capacity-gb", "-1", "--summary-only")
+    code, out, err = run(capsys, str(path), "--capacity-gib", "-1", "--summary-only")
     assert code == 0
     got = [(r.get("instance_id"), r["requests"], r["total_hit_tokens"]) for r in summaries(out)]
     assert got == [("gpu-a", 5, [32]), ("gpu-b", 5, [32]), (None, 10, [64])]
@@ -156,7 +156,7 @@ def test_output_file_written_atomically(worked: Path, capsys: pytest.CaptureFixt
     out_path = worked.parent / "hits.jsonl"
     out_path.write_text("old\n")
     code, out, err = run(
-        capsys, str(worked), "--capacity-gb", GB_2048_BYTES, "-1", "-o", str(out_path)
+        capsys, str(worked), "--capacity-gib", GB_2048_BYTES, "-1", "-o", str(out_path)
     )
     assert code == 0
     assert out == ""
@@ -167,7 +167,7 @@ def test_output_file_written_atomically(worked: Path, capsys: pytest.CaptureFixt
 
 def test_output_same_as_facts_rejected(worked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = worked.read_bytes()
-    code, out, err = run(capsys, str(worked), "--capacity-gb", "1", "-o", str(worked))
+    code, out, err = run(capsys, str(worked), "--capacity-gib", "1", "-o", str(worked))
     assert code == 2
     assert err == f"litehit query: error: -o {str(worked)!r} is the facts file\n"
     assert worked.read_bytes() == before
@@ -191,7 +191,7 @@ def test_malformed_row_fails_whole_query_to_file(
 ) -> None:
     path = broken_facts(tmp_path)
     out_path = tmp_path / "hits.jsonl"
-    code, out, err = run(capsys, str(path), "--capacity-gb", "1", "-o", str(out_path))
+    code, out, err = run(capsys, str(path), "--capacity-gib", "1", "-o", str(out_path))
     assert code == 2
     assert out == ""
     assert err == f"{path}:4: hit_curve run_length must be >= 1, got 0\n"
@@ -205,7 +205,7 @@ def test_malformed_row_keeps_previous_output(
     path = broken_facts(tmp_path)
     out_path = tmp_path / "hits.jsonl"
     out_path.write_text("previous\n")
-    code, _, _ = run(capsys, str(path), "--capacity-gb", "1", "-o", str(out_path))
+    code, _, _ = run(capsys, str(path), "--capacity-gib", "1", "-o", str(out_path))
     assert code == 2
     assert out_path.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.csv", "hits.jsonl", "w.csv"]
@@ -215,7 +215,7 @@ def test_malformed_row_prints_nothing_on_stdout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = broken_facts(tmp_path)
-    code, out, err = run(capsys, str(path), "--capacity-gb", "1")
+    code, out, err = run(capsys, str(path), "--capacity-gib", "1")
     assert code == 2
     assert out == ""  # rows 1-2 were fine but nothing is published
     assert err == f"{path}:4: hit_curve run_length must be >= 1, got 0\n"
@@ -223,7 +223,7 @@ def test_malformed_row_prints_nothing_on_stdout(
 
 def test_missing_facts_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.csv"
-    code, out, err = run(capsys, str(missing), "--capacity-gb", "1", "-o", str(tmp_path / "o"))
+    code, out, err = run(capsys, str(missing), "--capacity-gib", "1", "-o", str(tmp_path / "o"))
     assert code == 2
     assert err == f"{missing}:0: cannot read the facts: No such file or directory\n"
     assert list(tmp_path.iterdir()) == []
@@ -236,12 +236,12 @@ def test_bad_capacity_rejected(
     worked: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["query", str(worked), "--capacity-gb", "1", value])
+        main(["query", str(worked), "--capacity-gib", "1", value])
     assert info.value.code == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines()[-1] == (
-        "litehit query: error: argument --capacity-gb: must be -1 (infinite) or a finite "
+        "litehit query: error: argument --capacity-gib: must be -1 (infinite) or a finite "
         f"number of GiB in [0, 8589934591], got {value!r}"
     )
 
@@ -252,27 +252,27 @@ def test_negative_values_argparse_reads_as_options(
 ) -> None:
     # argparse takes "-inf" / "-1e-9" for an option; either way: exit 2 naming the value
     with pytest.raises(SystemExit) as info:
-        main(["query", str(worked), "--capacity-gb", "1", value])
+        main(["query", str(worked), "--capacity-gib", "1", value])
     assert info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"litehit: error: unrecognized arguments: {value}"
     )
     with pytest.raises(SystemExit) as info:
-        main(["query", str(worked), f"--capacity-gb={value}"])
+        main(["query", str(worked), f"--capacity-gib={value}"])
     assert info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "litehit query: error: argument --capacity-gb: must be -1 (infinite) or a finite "
+        "litehit query: error: argument --capacity-gib: must be -1 (infinite) or a finite "
         f"number of GiB in [0, 8589934591], got {value!r}"
     )
 
 
 def test_bad_capacity_exit_code_as_a_program(worked: Path) -> None:
-    argv = [sys.executable, "-m", "litehit_service", "query", str(worked), "--capacity-gb", "-5"]
+    argv = [sys.executable, "-m", "litehit_service", "query", str(worked), "--capacity-gib", "-5"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.endswith(
-        "argument --capacity-gb: must be -1 (infinite) or a finite number of GiB in "
+        "argument --capacity-gib: must be -1 (infinite) or a finite number of GiB in "
         "[0, 8589934591], got '-5'\n"
     )
 
@@ -280,7 +280,7 @@ def test_bad_capacity_exit_code_as_a_program(worked: Path) -> None:
 def test_zero_capacity_is_valid_and_hits_nothing(
     worked: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, str(worked), "--capacity-gb", "0", "0.0", "--summary-only")
+    code, out, _ = run(capsys, str(worked), "--capacity-gib", "0", "0.0", "--summary-only")
     assert code == 0
     total = summaries(out)[-1]
     assert total["capacity_gb"] == [0, 0.0]
@@ -289,8 +289,8 @@ def test_zero_capacity_is_valid_and_hits_nothing(
 
 def test_capacity_list_required(worked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        main(["query", str(worked), "--capacity-gb"])
-    assert "--capacity-gb: expected at least one argument" in capsys.readouterr().err
+        main(["query", str(worked), "--capacity-gib"])
+    assert "--capacity-gib: expected at least one argument" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- formatting
@@ -346,7 +346,7 @@ def test_cli_output_equals_core_query(tmp_path: Path, capsys: pytest.CaptureFixt
         for row in random_rows(11):
             writer.write(row)
     caps = ["-1", "0", "1e-6", "3.5e-6", "0.5"]
-    code, out, _ = run(capsys, str(path), "--capacity-gb", *caps)
+    code, out, _ = run(capsys, str(path), "--capacity-gib", *caps)
     assert code == 0
     parsed = [-1, 0, 1e-6, 3.5e-6, 0.5]
     expected = [json.loads(json.dumps(r)) for r in query_facts(read_facts(path), parsed)]
@@ -358,7 +358,7 @@ def test_cli_output_equals_core_query(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_progress_bar_only_on_a_terminal(worked: Path) -> None:
-    argv = [sys.executable, "-m", "litehit_service", "query", str(worked), "--capacity-gb", "1"]
+    argv = [sys.executable, "-m", "litehit_service", "query", str(worked), "--capacity-gib", "1"]
     argv += ["-o", str(worked.parent / "out.jsonl")]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     plain = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)

@@ -388,7 +388,7 @@ def test_workers_1_and_4_write_byte_identical_facts(
     rc, err = cli(capsys, str(cfg), "--quiet")
     assert rc == 0 and err == ""
     one = (tmp_path / "out" / "litehit_facts.csv").read_bytes()
-    rc, err = cli(capsys, str(cfg), "--quiet", "--workers", "4")
+    rc, err = cli(capsys, str(cfg), "--quiet", "--max-workers", "4")
     assert rc == 0 and err == ""
     four = (tmp_path / "out" / "litehit_facts.csv").read_bytes()
     assert one == four
@@ -403,7 +403,7 @@ def test_workers_report_the_same_first_error_and_publish_nothing(
     lines[1799] = "{not json"  # ... before a malformed line in a later batch
     cfg = setup(tmp_path, lines)
     for workers in ("1", "3"):
-        rc, err = cli(capsys, str(cfg), "--workers", workers)
+        rc, err = cli(capsys, str(cfg), "--max-workers", workers)
         assert rc == 2
         trace = tmp_path / "trace.jsonl"
         assert (

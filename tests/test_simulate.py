@@ -123,7 +123,7 @@ def test_sweep_points_are_lmcache_spaced_and_exact() -> None:
 
 def test_simulate_cli_json_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     png = tmp_path / "stats.png"
-    code = main(["simulate", "-i", str(FIXTURE.parent), "--cache-capacity-gib", repr(25 * KV / GIB),
+    code = main(["simulate", "-i", str(FIXTURE.parent), "--capacity-gib", repr(25 * KV / GIB),
                  "--touch-order", "head-first", "--json", "-o", str(png)])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -145,7 +145,7 @@ def test_simulate_cli_json_and_figure(tmp_path: Path, capsys: pytest.CaptureFixt
     assert [m["percent"] for m in curve["marks"]] == [90, 95, 99]
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert err.startswith("simulate: 400 requests, 1 cache, ")
-    code = main(["simulate", "-i", str(FIXTURE), "--cache-capacity-gib", "1", "--no-plot"])
+    code = main(["simulate", "-i", str(FIXTURE), "--capacity-gib", "1", "--no-plot"])
     text = capsys.readouterr().out
     assert code == 0 and "Stat 7 — Cache position at hit (0 = MRU, max = LRU)" in text
     assert "Every capacity, exactly (one replay, tail-first)" in text
@@ -199,22 +199,22 @@ def test_sweep_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["simulate", "--cache-capacity-gib", "-5"], "--cache-capacity-gib must be -1 (infinite) "
+        (["simulate", "--capacity-gib", "-5"], "--capacity-gib must be -1 (infinite) "
                                                      "or a finite number of GiB in [0, "),
-        (["simulate", "--cache-capacity-gib", "-5"], "got -5.0"),
-        (["simulate", "--cache-capacity-gib", "nan"], "got nan"),
-        (["simulate", "--cache-capacity-gib", "inf"], "got inf"),
-        (["simulate", "--cache-capacity-gib", "1e30"], "got 1e+30"),
-        (["simulate", "--cache-capacity-gib", "1", "-o", "x.bmp"],
+        (["simulate", "--capacity-gib", "-5"], "got -5.0"),
+        (["simulate", "--capacity-gib", "nan"], "got nan"),
+        (["simulate", "--capacity-gib", "inf"], "got inf"),
+        (["simulate", "--capacity-gib", "1e30"], "got 1e+30"),
+        (["simulate", "--capacity-gib", "1", "-o", "x.bmp"],
          "-o/--output 'x.bmp' has extension '.bmp'; the plot format follows it: .png, .svg"),
         (["sweep", "-o", "x"], "-o/--output 'x' has no extension"),
         (["sweep", "--max-capacity-gib", "1e30"], "--max-capacity-gib must be at most"),
-        (["simulate", "--cache-capacity-gib", "1", "-n", "-3"], "-n/--max-samples must be >= 0"),
-        (["simulate", "--cache-capacity-gib", "1", "--model", "nope", "--no-plot"], "nope"),
+        (["simulate", "--capacity-gib", "1", "-n", "-3"], "-n/--max-samples must be >= 0"),
+        (["simulate", "--capacity-gib", "1", "--instance", "nope", "--no-plot"], "nope"),
         (["sweep", "--min-capacity-gib", "0"], "--min-capacity-gib must be finite and > 0"),
         (["sweep", "--min-capacity-gib", "9", "--max-capacity-gib", "2"], "must not be below"),
         (["sweep", "--points", "0"], "--points must be >= 1, got 0"),
-        (["sweep", "--format", "mooncake", "--no-plot"], "--kv-bytes-per-chunk is required"),
+        (["sweep", "--trace-format", "mooncake", "--no-plot"], "--kv-bytes-per-chunk is required"),
     ],
 )  # fmt: skip
 def test_bad_options_are_usage_errors(argv, message, tmp_path, capsys):
@@ -234,11 +234,11 @@ def test_mooncake_and_standard_inputs(tmp_path: Path, capsys: pytest.CaptureFixt
     ]  # fmt: skip
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps(e) + "\n" for e in events))
-    args = ["--cache-capacity-gib", repr(25 * KV / GIB), "--json", "--no-plot", "--touch-order",
+    args = ["--capacity-gib", repr(25 * KV / GIB), "--json", "--no-plot", "--touch-order",
             "head-first"]  # fmt: skip
     assert main(["simulate", "-i", str(FIXTURE), *args]) == 0
     from_log = json.loads(capsys.readouterr().out)
-    assert main(["simulate", "-i", str(trace), "--format", "standard", "--block-size",
+    assert main(["simulate", "-i", str(trace), "--trace-format", "standard", "--block-size",
                  str(CHUNK), "--kv-bytes-per-chunk", str(KV), *args]) == 0  # fmt: skip
     from_standard = json.loads(capsys.readouterr().out)
     for key in ("aggregate", "per_request_hit_rate", "chunk_reuse", "cache_position", "curve"):

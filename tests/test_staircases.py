@@ -226,7 +226,7 @@ def test_the_python_engine_refuses_keys_that_do_not_name_their_prefix(
 
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize(
-    "words", [["sweep"], ["simulate", "--cache-capacity-gib", "0.001"]], ids=["sweep", "simulate"]
+    "words", [["sweep"], ["simulate", "--capacity-gib", "0.001"]], ids=["sweep", "simulate"]
 )
 def test_small_commands_import_no_numba_and_no_matplotlib(
     tmp_path: Path, words: list[str], order: str
@@ -258,7 +258,7 @@ def test_simulate_engines_print_the_same_report(
     for engine in ("auto", "python", "compact"):
         for gib in ("-1", repr(40 * KV / 2**30), repr(3 * KV / 2**30)):
             argv = ["simulate", "-i", str(FIXTURE), "--json", "--no-plot", "--engine", engine,
-                    "--cache-capacity-gib", gib, "--touch-order", order]  # fmt: skip
+                    "--capacity-gib", gib, "--touch-order", order]  # fmt: skip
             assert main(argv) == 0
             reports[engine, gib] = json.loads(capsys.readouterr().out)
     for (engine, gib), data in reports.items():

@@ -313,7 +313,7 @@ def test_other_commands_stopped_by_a_signal_leave_no_temporary(
         argv += ["--emit-config", str(out / "c.json")]
         lines, expected = [std(ts) for ts in range(1, 50)], ["t.jsonl"]  # config: at the end
     elif command == "query":
-        argv = ["query", str(fifo), "--capacity-gb", "1", "-o", str(out / "hits.jsonl")]
+        argv = ["query", str(fifo), "--capacity-gib", "1", "-o", str(out / "hits.jsonl")]
         lines, expected = [FACTS_HEADER, *(fact(f"r{i}") for i in range(50))], ["hits.jsonl"]
     else:  # curve writes its files after reading: nothing to see while it reads
         argv = ["curve", str(fifo), "-o", str(out / "c.png"), "--csv", str(out / "c.csv")]

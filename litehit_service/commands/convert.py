@@ -27,7 +27,13 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import (
+    add_instance,
+    add_max_line_bytes,
+    add_output_file,
+    required_options,
+)
 from litehit_service.traces.convert.pipeline import (
     DEFAULT_MOONCAKE_BLOCK_SIZE,
     DEFAULT_STANDARD_BLOCK_SIZE,
@@ -38,6 +44,7 @@ from litehit_service.traces.convert.pipeline import (
 from litehit_service.traces.logs import Converter
 from litehit_service.traces.logs.bailian import BLOCK_TOKENS as BAILIAN_BLOCK_TOKENS
 from litehit_service.traces.logs.bailian import EMIT_MODES
+from litehit_service.traces.readers import TraceReader
 
 
 def register(subparsers: Any) -> None:
@@ -57,9 +64,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--from",
         dest="source_format",
-        required=True,
+        default=None,
         choices=FORMATS,
-        help="input format",
+        help="the input's format (default: a trace format detected from the first input's "
+        "first line; publisher-log and qwen-bailian logs are never detected)",
     )
     p.add_argument(
         "input",
@@ -71,11 +79,11 @@ def register(subparsers: Any) -> None:
             "directories, merged in time order"
         ),
     )
-    p.add_argument("-o", "--output", required=True, metavar="OUTPUT.jsonl", help="output file")
+    add_output_file(required_options(p), "the standard trace JSONL to write", required=True)
     p.add_argument(
         "--block-size",
         type=_positive_int,
-        metavar="N",
+        metavar="TOKENS",
         help=(
             f"mooncake: tokens per hash id (default {DEFAULT_MOONCAKE_BLOCK_SIZE}); "
             f"publisher-log: tokens per key (required; input_len = keys x N); "
@@ -84,18 +92,16 @@ def register(subparsers: Any) -> None:
             f"(default {DEFAULT_STANDARD_BLOCK_SIZE}); not for lmcache (chunk_size is in the logs)"
         ),
     )
-    p.add_argument(
-        "--instance-id",
-        "--instance",
-        metavar="ID",
-        help=(
-            "mooncake: instance id of every event (default 'default'); qwen-bailian: the "
-            "instance of every record (required)"
-        ),
+    add_instance(
+        p,
+        "mooncake: the instance of every event (default 'default'); qwen-bailian: the "
+        "instance of every record (required); lmcache: keep only this model_name (default: "
+        "every model, each its own instance)",
+        aliases=("--instance-id", "--model"),
     )
     p.add_argument(
         "--instance-map",
-        metavar="FILE.json",
+        metavar="FILE",
         help=(
             'publisher-log only: a JSON object renaming sources: "src": "instance", '
             '"src": {"instance_id": ..., "block_size": N} or "src": null (drop); '
@@ -119,14 +125,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument(
-        "--model",
-        metavar="M",
-        help="lmcache only: keep only this model_name (instance id = model_name)",
-    )
-    p.add_argument(
         "--kv-bytes-per-chunk",
         type=_positive_int,
-        metavar="N",
+        metavar="BYTES",
         help=(
             "KV bytes of one block/chunk. lmcache: overrides the size computed from "
             "dtypes/shapes (needed for unknown dtypes); mooncake/standard: the location spec "
@@ -146,8 +147,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--emit-config",
-        metavar="CONFIG.json",
-        help="also write a starter 'litehit replay' config for the converted trace",
+        metavar="FILE",
+        help="also write a starter litehit replay configuration for the converted trace "
+        "to FILE (default: none)",
     )
     add_max_line_bytes(p, "input")
     p.set_defaults(func=run)
@@ -185,7 +187,7 @@ CONVERTER_OPTIONS = {
     "reorder_window_ms": "--reorder-window-ms",
 }
 """Options only some converters take: destination -> flag."""
-REQUIRED_FLAGS = {"block_size": "--block-size N", "instance_id": "--instance NAME"}
+REQUIRED_FLAGS = {"block_size": "--block-size TOKENS", "instance_id": "--instance ID"}
 """How a missing required option is named in the error."""
 
 
@@ -199,17 +201,16 @@ def _option_error(args: argparse.Namespace) -> str | None:
         return f"--from {fmt} takes one INPUT, got {len(args.input)}"
     if isinstance(source, Converter):
         for option in source.required:
-            if getattr(args, option) is None:
+            if _given(args, source).get(option) is None:
                 return f"--from {fmt} needs {REQUIRED_FLAGS[option]}"
     for dest, flag in CONVERTER_OPTIONS.items():
         if getattr(args, dest) is not None and dest not in source.options:
             return f"{flag} applies to --from {_taking(dest)} only, not --from {fmt}"
-    if args.instance_id is not None and "instance_id" not in source.options:
-        return f"--instance-id applies to --from {_taking('instance_id')} only, not --from {fmt}"
-    if args.instance_id is not None and not args.instance_id:
-        return "--instance-id must not be empty"
-    if args.model is not None and "model" not in source.options:
-        return f"--model applies to --from {_taking('model')} only, not --from {fmt}"
+    if args.instance is not None and _instance_option(source) is None:
+        takes = " / ".join(n for n in FORMATS if _instance_option(get_source(n)) is not None)
+        return f"--instance applies to --from {takes} only, not --from {fmt}"
+    if args.instance is not None and not args.instance:
+        return "--instance must not be empty"
     if args.block_size is not None and source.sizes_in_trace:
         return f"--block-size does not apply to --from {fmt} (chunk_size comes from the logs)"
     no_block_option = "block_size" not in source.options
@@ -223,17 +224,52 @@ def _option_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _instance_option(source: TraceReader | Converter) -> str | None:
+    """What ``--instance`` sets for ``source``: the instance of every record
+    (``instance_id``), the one model to keep (``model``: LMCache logs), or None."""
+    return next((o for o in ("instance_id", "model") if o in source.options), None)
+
+
+def _given(args: argparse.Namespace, source: TraceReader | Converter) -> dict[str, Any]:
+    """The options given, by the name ``source`` takes them under."""
+    given = {"block_size": args.block_size}
+    option = _instance_option(source)
+    if option is not None:
+        given[option] = args.instance
+    return given
+
+
 def _same_path(a: str, b: str) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _detected(args: argparse.Namespace) -> str:
+    """The trace format of the first input, from its first line (``--from`` not given)."""
+    from litehit_core import LocatedError
+    from litehit_service.traces.readers import detect_format
+
+    try:
+        return detect_format(args.input[0], max_line_bytes=args.max_line_bytes).name
+    except LocatedError as exc:
+        raise LocatedError(
+            exc.path,
+            exc.line_no,
+            f"{exc.reason}; give --from (publisher-log and qwen-bailian logs are never detected)",
+            exc.field,
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.input`` to ``args.output`` (errors raise; see cli)."""
     from litehit_service.traces.convert.pipeline import convert_trace
 
+    if args.source_format is None:
+        args.source_format = _detected(args)
     problem = _option_error(args)
     if problem is not None:
         raise UsageError(problem)
+    source = get_source(args.source_format)
+    instance_option = _instance_option(source)
     converter_options = {
         dest: getattr(args, dest)
         for dest in CONVERTER_OPTIONS
@@ -244,8 +280,8 @@ def run(args: argparse.Namespace) -> int:
         args.input,
         args.output,
         block_size=args.block_size,
-        instance_id=args.instance_id,
-        model=args.model,
+        instance_id=args.instance if instance_option == "instance_id" else None,
+        model=args.instance if instance_option == "model" else None,
         kv_bytes_per_chunk=args.kv_bytes_per_chunk,
         time_offset_ns=args.time_offset_ns,
         emit_config=args.emit_config,

@@ -31,7 +31,8 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import add_instance, add_max_line_bytes, add_output_file
 
 
 def register(subparsers: Any) -> None:
@@ -49,21 +50,29 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--server",
         metavar="HOST:PORT",
-        help="draw the live curve of --instance on this server (GetHitRateCurve) instead",
+        help="draw the live curve of --instance on this server (GetHitRateCurve) instead of "
+        "a ledger's",
     )
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="--server: seconds per call (default 30)"
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        default=30.0,
+        help="--server: seconds per call (default 30)",
     )
-    p.add_argument("--tls-ca", default=None, help="--server: PEM CA certificate (enables TLS)")
     p.add_argument(
-        "-o",
-        "--output",
-        metavar="CURVE.png",
-        help="plot to write, in the format its extension names: .png, .svg or .pdf "
+        "--tls-ca",
+        metavar="FILE",
+        default=None,
+        help="--server: PEM CA certificate; enables TLS (default: plaintext)",
+    )
+    add_output_file(
+        p,
+        "the plot to write, in the format its extension names: .png, .svg or .pdf "
         "(required unless --no-png)",
     )
-    p.add_argument("--csv", metavar="CURVE.csv", help="also write every exact breakpoint as CSV")
-    p.add_argument("--instance", metavar="ID", help="only this instance_id")
+    p.add_argument("--csv", metavar="FILE", help="also write every exact breakpoint as CSV")
+    add_instance(p, "only this instance (default: every instance of the ledger)")
     p.add_argument("--linear", action="store_true", help="linear capacity axis (default: log)")
     p.add_argument(
         "--no-png", action="store_true", help="skip the plot (table and --csv only; no -o)"

@@ -22,7 +22,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from litehit_service.commands import add_trace_options, config_path, positive_int
+from litehit_service.commands.options import (
+    add_config,
+    add_output_dir,
+    add_trace_options,
+    config_path,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from litehit_service.optimizer.analysis.replay import Analysis
@@ -38,7 +44,7 @@ def register(subparsers: Any) -> None:
         "export-tree",
         help="replay a trace (as optimize) and export each instance's prefix tree",
         description=(
-            "Replay the trace of CONFIG.json (litehit optimize's configuration) and write "
+            "Replay the trace of an optimizer CONFIG.json (as litehit optimize) and write "
             "radix_tree/{instance_id}_radix_tree.json (the compressed trie of every path "
             "written, with cached blocks at the end and gets per node) and a picture of "
             "its top. Errors exit 2 and write nothing."
@@ -70,20 +76,8 @@ def register(subparsers: Any) -> None:
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
     """The configuration (positional ``CONFIG.json`` or ``-c``), ``-o``, ``--trace-format``,
     ``--instance`` and ``--max-line-bytes``, as ``litehit optimize`` takes them."""
-    p.add_argument("config", metavar="CONFIG.json", nargs="?", help="the replay configuration")
-    p.add_argument(
-        "-c",
-        "--config",
-        dest="config_option",
-        metavar="CONFIG.json",
-        help="the replay configuration (the reference's spelling; same as the positional)",
-    )
-    p.add_argument(
-        "-o",
-        "--output-dir",
-        metavar="DIR",
-        help="write here instead of the configuration's output_result_path",
-    )
+    add_config(p, "optimizer")
+    add_output_dir(p)
     add_trace_options(p)
 
 

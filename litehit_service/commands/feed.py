@@ -2,7 +2,7 @@
 
 ``litehit feed --server HOST:PORT TRACE [--instance ID] [--register-from CONFIG]
 [--rate Q/S]`` reads TRACE (standard, Mooncake or LMCache, detected from its first line
-unless ``--format`` says), registers the config's groups and instances
+unless ``--trace-format`` says), registers the config's groups and instances
 first with ``--register-from`` (a ``litehit replay`` config; only ``--instance`` when
 given), and sends every request over one packed stream in batches per instance
 (:mod:`litehit_service.litehit.feed`). Routing is the replay's: ``--instance`` (or the
@@ -30,14 +30,14 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import (
-    CommandFailed,
-    UsageError,
+from litehit_service.commands import CommandFailed, UsageError, rpc_detail
+from litehit_service.commands.options import (
+    add_instance,
     add_max_line_bytes,
+    add_server_options,
+    add_trace_format,
     positive_int,
-    rpc_detail,
 )
-from litehit_service.traces.readers import format_names
 
 
 def register(subparsers: Any) -> None:
@@ -45,43 +45,53 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "feed",
         help="stream a trace's requests into a running server (packed stream, as a gateway)",
-        description=__doc__.split("\n\n")[1],
+        description="Read TRACE (standard, Mooncake or LMCache; detected from its first line "
+        "unless --trace-format says) and send every request to a running server over one packed "
+        "stream, in batches per instance, as a gateway would. --register-from CONFIG.json "
+        "registers a litehit replay configuration's groups and instances first (only "
+        "--instance's when given). Routing is the replay's: --instance (or the configuration's "
+        "override_instance_id) takes every request, its fanout_all_instances sends each to all "
+        "its instances, else each goes to its own instance_id. Keys are coarsened from the "
+        "trace's block size (--block-size, else the configuration's, else the format's: "
+        "Mooncake 512, LMCache its chunk_size) to each instance's.",
     )
     p.add_argument("trace", metavar="TRACE", help="trace file (standard, Mooncake or LMCache)")
-    p.add_argument(
-        "--server", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)"
-    )
-    p.add_argument("--instance", metavar="ID", help="send every request to this instance")
+    add_server_options(p, 30.0, "seconds per unary call")
+    add_instance(p, "send every request to this instance (default: routed as the replay routes)")
     p.add_argument(
         "--register-from",
-        metavar="CONFIG",
-        help="register the groups and instances of this replay config first (only --instance "
-        "when given); it also gives the trace block size and the routing",
+        metavar="CONFIG.json",
+        help="register the groups and instances of this replay configuration first (only "
+        "--instance when given); it also gives the trace block size and the routing (default: "
+        "register nothing)",
     )
-    p.add_argument("--rate", type=_rate, metavar="Q/S", help="at most this many queries per second")
     p.add_argument(
-        "--format",
-        dest="trace_format",
-        choices=format_names(),
-        help="trace format (default: detected from TRACE's first line)",
+        "--rate",
+        type=_rate,
+        metavar="Q/S",
+        help="at most this many queries per second (default: as fast as the server answers)",
     )
+    add_trace_format(p, aliases=("--format",))
     p.add_argument(
         "--block-size",
         type=positive_int,
-        metavar="N",
+        metavar="TOKENS",
         help="tokens per trace key (default: the config's block_size, else the format's)",
     )
     p.add_argument(
-        "--batch", type=positive_int, default=1024, metavar="N", help="queries per batch"
+        "--batch",
+        type=positive_int,
+        default=1024,
+        metavar="N",
+        help="queries per batch (default 1024)",
     )
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per unary call")
-    p.add_argument("--tls-ca", default=None, help="PEM CA certificate (enables TLS)")
     for kind in ("admin", "query"):
         env = f"LITEHIT_{kind.upper()}_TOKEN"
         p.add_argument(f"--{kind}-token", default=None, metavar="TOKEN",
                        help=f"{kind} token (default ${env})")  # fmt: skip
         p.add_argument(f"--{kind}-token-file", default=None, metavar="FILE",
-                       help=f"read the {kind} token from this file's first line")  # fmt: skip
+                       help=f"read the {kind} token from this file's first line "
+                       "(default: none)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar, no per-instance lines")
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)

@@ -4,9 +4,10 @@ prompts share token prefixes exactly as the requests shared chunks
 (:mod:`litehit_service.lmcache.gen_dataset.dataset`).
 
 The options are LMCache's ``lmcache tool cache-simulator gen-dataset`` (``-i/--input``,
-``--tokenizer``, ``--output-len``, ``-o/--output``, ``-n/--max-samples``, ``--model``), and
-for the same logs and tokenizer the file is byte for byte LMCache's. Added: ``--from``
-(default: detected), ``--block-size`` (standard and Mooncake: tokens per key) and
+``--tokenizer``, ``--output-len``, ``-o/--output``, ``-n/--max-samples``; its ``--model`` is
+spelled ``--instance`` here, the old spelling accepted), and for the same logs and
+tokenizer the file is byte for byte LMCache's. Added: ``--trace-format`` (default:
+detected), ``--block-size`` (standard and Mooncake: tokens per key) and
 ``--max-line-bytes``. Needs the ``tokenizers`` library (``pip install 'litehit[dataset]'``;
 exit 1 without it). Bad input or options exit 2 and write nothing. A summary on stdout, the
 run's line on stderr, progress bars on a terminal.
@@ -19,7 +20,15 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import CommandFailed, add_max_line_bytes, positive_int
+from litehit_service.commands import CommandFailed
+from litehit_service.commands.options import (
+    add_instance,
+    add_max_line_bytes,
+    add_output_file,
+    add_trace_format,
+    positive_int,
+    required_options,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -35,21 +44,22 @@ def register(subparsers: Any) -> None:
             "write nothing."
         ),
     )
-    p.add_argument("-i", "--input", nargs="+", required=True, metavar="PATH",
-                   help="trace files, or LMCache directories of lookup_hashes_*.jsonl")  # fmt: skip
-    p.add_argument("--tokenizer", required=True, metavar="PATH",
-                   help="a local directory holding tokenizer.json (or the file itself); "
-                   "other tokenizer folders need transformers")  # fmt: skip
+    required = required_options(p)
+    required.add_argument("-i", "--input", nargs="+", required=True, metavar="PATH",
+                          help="trace files, or LMCache directories of "
+                          "lookup_hashes_*.jsonl")  # fmt: skip
+    required.add_argument("--tokenizer", required=True, metavar="PATH",
+                          help="a local directory holding tokenizer.json (or the file itself); "
+                          "other tokenizer folders need transformers")  # fmt: skip
     p.add_argument("--output-len", type=positive_int, default=128, metavar="N",
                    help="output_tokens of every request (default 128)")  # fmt: skip
-    p.add_argument("-o", "--output", default="bench_dataset.jsonl", metavar="FILE",
-                   help="the dataset to write (default bench_dataset.jsonl)")  # fmt: skip
+    add_output_file(p, "the dataset to write (default bench_dataset.jsonl)",
+                    default="bench_dataset.jsonl")  # fmt: skip
     p.add_argument("-n", "--max-samples", type=_samples, default=None, metavar="N",
                    help="keep the first N requests in time order (default or 0: all)")  # fmt: skip
-    p.add_argument("--model", default=None, metavar="NAME",
-                   help="keep one model_name (LMCache) or instance_id (standard)")  # fmt: skip
-    p.add_argument("--from", dest="fmt", choices=("lmcache", "mooncake", "standard"),
-                   default=None, help="input format (default: detected)")  # fmt: skip
+    add_instance(p, "keep one instance's requests: an LMCache model_name, a standard trace's "
+                 "instance_id (default: all)", aliases=("--model",))  # fmt: skip
+    add_trace_format(p, "input", aliases=("--from",))
     p.add_argument("--block-size", type=positive_int, default=None, metavar="TOKENS",
                    help="mooncake/standard: tokens per key (default 512 / 256)")  # fmt: skip
     add_max_line_bytes(p, "input")
@@ -79,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
             args.input,
             args.tokenizer,
             args.output,
-            fmt=args.fmt,
+            fmt=args.trace_format,
             output_len=args.output_len,
             max_samples=args.max_samples,
-            model=args.model,
+            model=args.instance,
             block_size=args.block_size,
             max_line_bytes=args.max_line_bytes,
         )

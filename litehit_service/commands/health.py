@@ -9,23 +9,25 @@ from __future__ import annotations
 import argparse
 
 from litehit_service.commands import CommandFailed, UsageError, rpc_detail
+from litehit_service.commands.options import add_server_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``health`` subcommand."""
     parser = subparsers.add_parser(
-        "health", help="check a server's gRPC health (exit 0 when SERVING)", description=__doc__
+        "health",
+        help="check a server's gRPC health (exit 0 when SERVING)",
+        description="Exit 0 when the server's gRPC health check answers SERVING. Meant for "
+        "container health checks (Docker HEALTHCHECK, Kubernetes exec probes). Prints the "
+        "status; exit 1 when not SERVING or unreachable.",
     )
+    add_server_options(parser, 3.0, "seconds to wait for the answer")
     parser.add_argument(
-        "--server", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)"
+        "--service",
+        metavar="NAME",
+        default="",
+        help="the service to check (default: the whole server)",
     )
-    parser.add_argument(
-        "--service", default="", help="service name to check (default: the whole server)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)"
-    )
-    parser.add_argument("--tls-ca", default=None, help="PEM CA certificate (enables TLS)")
     parser.set_defaults(func=run)
 
 

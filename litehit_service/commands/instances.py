@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from litehit_service.commands import CommandFailed, rpc_detail
+from litehit_service.commands.options import add_server_options
 
 if TYPE_CHECKING:
     from litehit_service import messages as pb2
@@ -34,17 +35,21 @@ COLUMNS = (
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``instances`` subcommand."""
     parser = subparsers.add_parser(
-        "instances", help="show hit rates per capacity of a live server", description=__doc__
+        "instances",
+        help="show hit rates per capacity of a live server",
+        description="Print every instance's hit rates per capacity from a live server: one "
+        "row per capacity slot; the instance's columns (group, queries, theoretical maximum, "
+        "the capacity reaching 90 % of the theoretical hits on its exact live curve, unique "
+        "blocks, memory) are shown on its first row. --json prints the same data as JSON.",
     )
+    add_server_options(parser, 10.0, "seconds per attempt")
     parser.add_argument(
-        "--server", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)"
+        "--group",
+        metavar="NAME",
+        default="",
+        help="only instances of this instance group (default: every group)",
     )
-    parser.add_argument("--group", default="", help="only instances of this instance group")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds per attempt (default 10)"
-    )
-    parser.add_argument("--tls-ca", default=None, help="PEM CA certificate (enables TLS)")
     parser.set_defaults(func=run)
 
 

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
         "lifecycle",
         help="replay a trace (as optimize) and list every block life with its statistics",
         description=(
-            "Replay the trace of CONFIG.json (litehit optimize's configuration) and write "
+            "Replay the trace of an optimizer CONFIG.json (as litehit optimize) and write "
             "lifecycle/{instance_id}_block_lifecycle.csv (one row per block life: birth, "
             "death, lifespan, hits) and {instance_id}_lifespan.png; print lifespan "
             "percentiles, the share of lives never hit, revivals, utilisation and deaths. "

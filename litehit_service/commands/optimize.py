@@ -24,7 +24,15 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError, add_trace_options, positive_int
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import (
+    add_config,
+    add_max_workers,
+    add_output_dir,
+    add_trace_options,
+    config_path,
+    positive_int,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -40,13 +48,8 @@ def register(subparsers: Any) -> None:
             "Errors exit 2 and write nothing."
         ),
     )
-    p.add_argument("config", metavar="CONFIG.json", help="the replay configuration")
-    p.add_argument(
-        "-o",
-        "--output-dir",
-        metavar="DIR",
-        help="write here instead of the configuration's output_result_path",
-    )
+    add_config(p, "optimizer")
+    add_output_dir(p)
     p.add_argument(
         "--draw-chart",
         action="store_true",
@@ -60,14 +63,13 @@ def register(subparsers: Any) -> None:
         "at each instance's group quota",
     )
     add_trace_options(p)
-    p.add_argument(
-        "--max-workers",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="replay the configuration's groups in N parts at once, balanced by records "
+    add_max_workers(
+        p,
+        "replay the configuration's groups in N parts at once, balanced by records "
         "(default: the CPUs this process may use; 1: one replay of every group in this "
         "process; the files are the same for any N)",
+        type=positive_int,
+        default=None,
     )
     p.add_argument(
         "--executor",
@@ -79,7 +81,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="with --executor ray: the Ray cluster (default: a local Ray)",
+        help="with --executor ray: the Ray cluster, e.g. ray://head:10001 or auto (default: "
+        "start a local Ray for this run)",
     )
     p.add_argument(
         "--aggregate-window-s",
@@ -88,7 +91,7 @@ def register(subparsers: Any) -> None:
         metavar="W",
         help="also write aggregate_hit_rates.csv and .png: every instance's reads summed "
         "per W seconds of trace time from the first read (W > 0; windows without reads "
-        "are left out)",
+        "are left out; default: no aggregate)",
     )
     p.set_defaults(func=run)
 
@@ -123,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         from litehit_service.offline.pool import RAY_MISSING
 
         raise UsageError(RAY_MISSING)
-    config = load_optimize_config(args.config)
+    config = load_optimize_config(config_path(args))
     trace = load_trace(
         config,
         trace_format=args.trace_format,

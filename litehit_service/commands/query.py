@@ -22,7 +22,13 @@ import sys
 from typing import Any
 
 from litehit_core import CAPACITY_SLOT_RULE, InvalidRequestError, capacity_slot_bytes
-from litehit_service.commands import UsageError, add_max_line_bytes
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import (
+    add_capacity_gib,
+    add_max_line_bytes,
+    add_output_file,
+    required_options,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -37,19 +43,16 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("facts", metavar="FACTS.csv", help="facts ledger (litehit_facts.csv)")
-    p.add_argument(
-        "--capacity-gb",
-        dest="capacity_gb",
+    add_capacity_gib(
+        required_options(p),
+        "capacities in GiB (1 GiB = 1024^3 bytes), in output slot order; 0 (no hits) and "
+        "duplicates allowed; -1 = infinite (the only negative value accepted)",
+        aliases=("--capacity-gb",),
         nargs="+",
         required=True,
         type=capacity_arg,
-        metavar="G",
-        help="capacities in GiB, in output slot order; 0 (no hits) and duplicates allowed; "
-        "-1 = infinite (the only negative value accepted)",
     )
-    p.add_argument(
-        "-o", "--output", metavar="OUT.jsonl", help="write here (atomically) instead of stdout"
-    )
+    add_output_file(p, "write the JSON lines to FILE, atomically (default: stdout)")
     p.add_argument(
         "--summary-only",
         action="store_true",
@@ -60,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 
 def capacity_arg(text: str) -> int | float:
-    """Parse one ``--capacity-gb`` value: an int (kept as int) or a float, checked by the
+    """Parse one ``--capacity-gib`` value: an int (kept as int) or a float, checked by the
     core's one rule (:func:`litehit_core.capacity_slot_bytes`: -1 = infinite, else finite
     and in [0, MAX_CAPACITY_GB]); the value is echoed as given in the summaries'
     ``capacity_gb``. An ``ArgumentTypeError`` (exit code 2) names the text otherwise."""
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {args.output!r} is the facts file")
     summary = run_query(
         args.facts,
-        args.capacity_gb,
+        args.capacity_gib,
         args.output,
         summary_only=args.summary_only,
         max_line_bytes=args.max_line_bytes,

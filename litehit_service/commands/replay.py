@@ -21,7 +21,16 @@ import json
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order, positive_int
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import (
+    add_config,
+    add_max_line_bytes,
+    add_max_workers,
+    add_output_dir,
+    add_touch_order,
+    config_path,
+    positive_int,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -31,18 +40,20 @@ def register(subparsers: Any) -> None:
         help="replay a trace offline into a facts ledger (litehit_facts.csv)",
         description=(
             "Replay the trace named by CONFIG.json through the in-process optimizer and write "
-            "one facts row per request and instance to <output_result_path>/litehit_facts.csv. "
+            "one facts row per request and instance to litehit_facts.csv in the "
+            "configuration's output_result_path (or -o DIR). "
             "All or nothing: on the first bad line the replay stops with 'path:line: reason' "
             "on stderr, exit code 2, and no facts file."
         ),
     )
-    p.add_argument("config", metavar="CONFIG.json", help="replay configuration (JSON)")
-    p.add_argument(
-        "--workers",
+    add_config(p, "replay")
+    add_output_dir(p)
+    add_max_workers(
+        p,
+        "parse the trace in N processes (default: the configuration's pipeline_worker_count; "
+        "the ledger is identical for every N)",
+        aliases=("--workers",),
         type=positive_int,
-        metavar="N",
-        help="parse the trace in N processes (overrides pipeline_worker_count; output is "
-        "identical for every N)",
     )
     add_touch_order(p)
     p.add_argument(
@@ -63,8 +74,8 @@ def register(subparsers: Any) -> None:
         choices=("auto", "python", "compact"),
         default="auto",
         help="full-attention engine: python (no numba start-up), compact (compiled arrays: "
-        "~30 bytes per block, flat cost to tens of millions of blocks) or auto (compact for "
-        "traces of 16 MiB and more); the ledger is identical",
+        "~30 bytes per block, flat cost to tens of millions of blocks) or auto (the default: "
+        "compact for traces of 16 MiB and more); the ledger is identical",
     )
     p.add_argument(
         "--quiet",
@@ -86,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
     """Run the replay; the per-instance lines and the summary (or ``--json``: one JSON
     object) go to stdout, the progress bar to stderr (errors raise)."""
     from litehit_service.litehit.config import load_config
-    from litehit_service.litehit.replay import run_replay, with_touch_order, with_workers
+    from litehit_service.litehit.replay import (
+        run_replay,
+        with_output_dir,
+        with_touch_order,
+        with_workers,
+    )
 
     if args.ray_address is not None and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
@@ -94,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
         from litehit_service.litehit.lanes import RAY_MISSING
 
         raise UsageError(RAY_MISSING)
-    config = load_config(args.config)
-    if args.workers is not None:
-        config = with_workers(config, args.workers)
+    config = load_config(config_path(args))
+    if args.output_dir is not None:
+        config = with_output_dir(config, args.output_dir)
+    if args.max_workers is not None:
+        config = with_workers(config, args.max_workers)
     if args.touch_order is not None:
         config = with_touch_order(config, args.touch_order)
     summary = run_replay(

@@ -120,8 +120,8 @@ _OPTIONS = (
             "(logged at WARNING at every start; a usage error with an admin token)", "",
             switch=True),
     _Option("--query-token", "LITEHIT_QUERY_TOKEN", None, str,
-            "require 'authorization: Bearer TOKEN' on TraceQuery and TraceQueryStream (the "
-            "admin token is accepted too)", "TOKEN"),
+            "require 'authorization: Bearer TOKEN' on TraceQuery, TraceQueryStream and "
+            "TraceQueryPackedStream (the admin token is accepted too)", "TOKEN"),
     _Option("--query-token-file", "LITEHIT_QUERY_TOKEN_FILE", None, str,
             "read the query token from this file's first line", "FILE"),
     _Option("--max-message-bytes", "LITEHIT_MAX_MESSAGE_BYTES", 64 * 1024 * 1024, _positive_int,
@@ -129,7 +129,8 @@ _OPTIONS = (
     _Option("--max-block-keys", "LITEHIT_MAX_BLOCK_KEYS", 1_000_000, _positive_int,
             "most block_keys one TraceQuery may carry", "N"),
     _Option("--max-streams", "LITEHIT_MAX_STREAMS", 1024, _positive_int,
-            "most concurrent TraceQueryStream calls (one more: RESOURCE_EXHAUSTED)", "N"),
+            "most concurrent stream calls, TraceQueryStream and TraceQueryPackedStream together "
+            "(one more: RESOURCE_EXHAUSTED)", "N"),
     _Option("--stream-idle-seconds", "LITEHIT_STREAM_IDLE_SECONDS", 600.0, _positive_float,
             "end a stream that sends nothing for this long", "SECONDS"),
     _Option("--max-instances", "LITEHIT_MAX_INSTANCES", 1024, _positive_int,

@@ -1,9 +1,11 @@
 """``litehit simulate``: LMCache's cache-simulator report at one capacity, and the exact hit
 rate at every capacity, from one replay (:mod:`litehit_service.lmcache.simulator.simulate`).
 
-The options are LMCache's (``-i/--input``, ``--cache-capacity-gib``, ``-o/--output``,
-``-n/--max-samples``, ``--model``, ``--kv-bytes-per-chunk``) plus ``--format`` (every trace
-format LiteHit reads), ``--touch-order`` (``head-first`` gives LMCache's numbers),
+The options are LMCache's (``-i/--input``, ``-o/--output``, ``-n/--max-samples``,
+``--kv-bytes-per-chunk``; its ``--cache-capacity-gib`` and ``--model`` are spelled
+``--capacity-gib`` and ``--instance`` here, the old spellings accepted) plus
+``--trace-format`` (every trace format LiteHit reads, detected by default),
+``--touch-order`` (``head-first`` gives LMCache's numbers),
 ``--json`` (the report as one JSON object) and ``--no-plot``. The report goes to stdout,
 the run's summary line to stderr; the PNG is published atomically (its format follows the
 extension: png, svg or pdf).
@@ -18,19 +20,28 @@ import time
 from typing import Any
 
 from litehit_core.engine import AUTO_STAIRCASE_KEYS, STAIRCASE_ENGINES
-from litehit_service.commands import UsageError, add_max_line_bytes, add_touch_order
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import (
+    add_capacity_gib,
+    add_instance,
+    add_max_line_bytes,
+    add_output_file,
+    add_touch_order,
+    add_trace_format,
+    required_options,
+)
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
-    """The input options ``simulate`` and ``sweep`` share (LMCache's, plus --format)."""
-    p.add_argument("-i", "--input", nargs="+", required=True, metavar="PATH",
-                   help="trace files, or LMCache directories of lookup_hashes_*.jsonl")  # fmt: skip
-    p.add_argument("--format", choices=("lmcache", "mooncake", "standard"), default="lmcache",
-                   help="input format (default lmcache)")  # fmt: skip
+    """The input options ``simulate`` and ``sweep`` share (LMCache's, plus --trace-format)."""
+    required_options(p).add_argument(
+        "-i", "--input", nargs="+", required=True, metavar="PATH",
+        help="trace files, or LMCache directories of lookup_hashes_*.jsonl")  # fmt: skip
+    add_trace_format(p, "input", aliases=("--format",))
     p.add_argument("-n", "--max-samples", type=int, default=None, metavar="N",
                    help="keep the first N requests in time order (default all)")  # fmt: skip
-    p.add_argument("--model", default=None, metavar="NAME",
-                   help="keep one model_name (LMCache) or instance_id (standard)")  # fmt: skip
+    add_instance(p, "keep one instance's requests: an LMCache model_name, a standard trace's "
+                 "instance_id (default: all)", aliases=("--model",))  # fmt: skip
     p.add_argument("--kv-bytes-per-chunk", type=int, default=None, metavar="BYTES",
                    help="KV bytes of one chunk (LMCache: from the first event's shapes and "
                    "dtypes when omitted; required for mooncake and standard)")  # fmt: skip
@@ -39,9 +50,9 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
     add_touch_order(p)
     p.add_argument("--engine", choices=STAIRCASE_ENGINES, default="auto",
                    help="python (no numba start-up; hashes that name their prefix only), "
-                   "compact (compiled, any hashes) or auto (python for inputs of fewer than "
-                   f"{AUTO_STAIRCASE_KEYS:,} chunks whose hashes name their prefix); the "
-                   "numbers are identical")  # fmt: skip
+                   "compact (compiled, any hashes) or auto (the default: python for inputs "
+                   f"of fewer than {AUTO_STAIRCASE_KEYS:,} chunks whose hashes name their "
+                   "prefix); the numbers are identical")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--no-plot", action="store_true", help="do not draw the PNG")
     add_max_line_bytes(p, "input")
@@ -54,15 +65,16 @@ def register(subparsers: Any) -> None:
         help="LMCache's cache-simulator report at one capacity, plus every capacity exactly",
         description=(
             "Replay LMCache lookup-hash logs (or a Mooncake / standard trace) once and print "
-            "LMCache's simulator report at --cache-capacity-gib (use --touch-order head-first "
+            "LMCache's simulator report at --capacity-gib (use --touch-order head-first "
             "for LMCache's numbers) followed by the exact hit rate at every capacity."
         ),
     )
     add_input_options(p)
-    p.add_argument("--cache-capacity-gib", type=float, required=True, metavar="GiB",
-                   help="cache capacity in GiB (1 GiB = 1024^3 bytes; -1 = unlimited)")  # fmt: skip
-    p.add_argument("-o", "--output", default="cache_stats.png", metavar="FILE",
-                   help="statistics figure (png, svg or pdf; default cache_stats.png)")  # fmt: skip
+    add_capacity_gib(required_options(p), "cache capacity in GiB (1 GiB = 1024^3 bytes; -1 = "
+                     "unlimited)", aliases=("--cache-capacity-gib",), type=float,
+                     required=True)  # fmt: skip
+    add_output_file(p, "the statistics figure (png, svg or pdf; default cache_stats.png)",
+                    default="cache_stats.png")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -100,8 +112,8 @@ def load(args: argparse.Namespace, *, depths: bool = True) -> Any:
         raise UsageError(f"-n/--max-samples must be >= 0, got {args.max_samples}")
     workload = load_workload(
         args.input,
-        fmt=args.format,
-        model=args.model,
+        fmt=args.trace_format,
+        model=args.instance,
         max_samples=args.max_samples,
         kv_bytes_per_chunk=args.kv_bytes_per_chunk,
         block_size=args.block_size,
@@ -127,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.offline.outputs import run_line
 
     started = time.perf_counter()
-    nbytes = capacity_bytes(args.cache_capacity_gib, "--cache-capacity-gib")
+    nbytes = capacity_bytes(args.capacity_gib, "--capacity-gib")
     fmt = None if args.no_plot else plot_format(args.output)
     replay = load(args)
     data = report(replay, nbytes)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from litehit_service.commands import UsageError
+from litehit_service.commands.options import add_output_file
 from litehit_service.commands.simulate import add_input_options, load, plot_format, write_figure
 
 
@@ -37,8 +38,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--points", type=int, default=30, metavar="N",
                    help="log-spaced capacities (default 30)")  # fmt: skip
     p.add_argument("--linear", action="store_true", help="linear capacity axis (default: log)")
-    p.add_argument("-o", "--output", default="hit_rate_vs_capacity.png", metavar="FILE",
-                   help="figure (png, svg or pdf; default hit_rate_vs_capacity.png)")  # fmt: skip
+    add_output_file(p, "the figure (png, svg or pdf; default hit_rate_vs_capacity.png)",
+                    default="hit_rate_vs_capacity.png")  # fmt: skip
     p.set_defaults(func=run)
 
 

@@ -1,6 +1,6 @@
 """``litehit tradeoff``: hit rate against capacity, one policy replay per capacity (spec §8).
 
-Reads an ``optimize`` configuration (also as ``-c CONFIG``), decodes its trace once,
+Reads an optimizer configuration (positional or ``-c CONFIG.json``), decodes its trace once,
 replays it at infinite quota (the theoretical hit rate and peak cached bytes ``M``), then
 at up to ``--num-points`` capacities ``M * e^x`` (x over [-8, 0]) in ascending order,
 stopping after the first reaching 99 % of the theoretical, in parallel (``--max-workers``
@@ -25,7 +25,15 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError, add_trace_options, config_path, positive_int
+from litehit_service.commands import UsageError
+from litehit_service.commands.options import (
+    add_config,
+    add_max_workers,
+    add_output_dir,
+    add_trace_options,
+    config_path,
+    positive_int,
+)
 
 HIT_RATE_TYPES = ("total",)
 """What ``--hit-rate-type`` accepts: hit tokens / input tokens over every instance."""
@@ -38,20 +46,13 @@ def register(subparsers: Any) -> None:
         help="hit rate against capacity: one policy replay per capacity, the 95%%/99%% "
         "capacities refined by bisection",
         description=(
-            "Sweep the capacity of an optimize CONFIG.json (every group's quota scaled): "
+            "Sweep the capacity of an optimizer CONFIG.json (every group's quota scaled): "
             "a warm-up at infinite quota, then up to --num-points capacities in ascending "
-            "order until one reaches 99%% of the theoretical hit rate, replayed in "
+            "order until one reaches 99% of the theoretical hit rate, replayed in "
             "parallel; writes pareto/ CSVs and pictures. Errors exit 2 and write nothing."
         ),
     )
-    p.add_argument("config", nargs="?", metavar="CONFIG.json", help="the replay configuration")
-    p.add_argument(
-        "-c",
-        "--config",
-        dest="config_option",
-        metavar="CONFIG.json",
-        help="the replay configuration (instead of the positional one)",
-    )
+    add_config(p, "optimizer")
     p.add_argument(
         "--eviction-policies",
         nargs="+",
@@ -80,14 +81,15 @@ def register(subparsers: Any) -> None:
         default="total",
         metavar="TYPE",
         help="the hit rate swept: total (hit tokens / input tokens over every instance; "
-        "the only one: local and remote rates are columns of the per-point CSVs)",
+        "the only one, and the default: local and remote rates are columns of the per-point "
+        "CSVs)",
     )
-    p.add_argument(
-        "--max-workers",
+    add_max_workers(
+        p,
+        "replays at once (default: the CPUs this process may use; the numbers are the same "
+        "for any N)",
         type=positive_int,
         default=None,
-        metavar="N",
-        help="replays at once (default: the CPUs this process may use)",
     )
     p.add_argument(
         "--executor",
@@ -99,20 +101,20 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="with --executor ray: the Ray cluster (default: a local Ray)",
+        help="with --executor ray: the Ray cluster, e.g. ray://head:10001 or auto (default: "
+        "start a local Ray for this run)",
     )
     p.add_argument(
         "--skip-run",
         action="store_true",
         help="re-plot from the pareto/ CSVs of an earlier run, replaying nothing",
     )
-    p.add_argument("--plot-title", metavar="TITLE", help="the pictures' title")
     p.add_argument(
-        "-o",
-        "--output-dir",
-        metavar="DIR",
-        help="write here instead of the configuration's output_result_path",
+        "--plot-title",
+        metavar="TITLE",
+        help="the pictures' title (default: the hit rate type and the trace's file name)",
     )
+    add_output_dir(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_trace_options(p)
     p.set_defaults(func=run)

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from litehit_core import InvalidRequestError
+from litehit_core import InvalidRequestError, LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.lmcache.gen_dataset.events import (
     EventParser,
@@ -75,7 +75,7 @@ from litehit_service.offline.outputs import (
     progress_bar,
 )
 from litehit_service.traces.readers.records import TraceReader
-from litehit_service.traces.readers.registry import detect_format, get_reader
+from litehit_service.traces.readers.registry import reader_of_inputs
 
 __all__ = [
     "BATCH_TOKENS",
@@ -86,7 +86,6 @@ __all__ = [
     "GenDatasetError",
     "GenDatasetSummary",
     "gen_dataset",
-    "resolve_reader",
 ]
 
 DEFAULT_OUTPUT = "bench_dataset.jsonl"
@@ -123,24 +122,6 @@ class GenDatasetSummary:
     seconds: float
 
 
-def resolve_reader(
-    inputs: Sequence[str], fmt: str | None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-) -> TraceReader:
-    """The reader of ``fmt``, or the one every input's first line is detected as
-    (:func:`~litehit_service.traces.readers.registry.detect_format`); inputs of different
-    formats are a GenDatasetError naming them."""
-    if fmt is not None:
-        try:
-            return get_reader(fmt)
-        except ValueError as exc:
-            raise GenDatasetError(f"--from: {exc}") from None
-    found = [(path, detect_format(path, max_line_bytes=max_line_bytes)) for path in inputs]
-    if len({reader.name for _, reader in found}) > 1:
-        listed = ", ".join(f"{path} ({reader.name})" for path, reader in found)
-        raise GenDatasetError(f"the inputs are of different formats: {listed}; give --from")
-    return found[0][1]
-
-
 def _check_options(
     inputs: Sequence[str],
     output_len: int,
@@ -167,7 +148,7 @@ def _parser(reader: TraceReader, model: str | None, block_size: int | None) -> A
             raise GenDatasetError("--block-size is not for LMCache logs: chunk_size is in the logs")
         return LookupParser(model)
     if model is not None and not reader.names_instances:
-        raise GenDatasetError(f"--model is not for {reader.name} traces: they name no model")
+        raise GenDatasetError(f"--instance is not for {reader.name} traces: they name no instance")
     return EventParser(reader, model, block_size or reader.default_block_size or 0)
 
 
@@ -199,7 +180,12 @@ def gen_dataset(
     _check_options(paths, output_len, max_samples, block_size, max_line_bytes)
     if os.path.isdir(out):
         raise GenDatasetError(f"-o/--output {out} is a directory")
-    reader = resolve_reader(paths, fmt, max_line_bytes)
+    try:
+        reader = reader_of_inputs(paths, fmt, max_line_bytes=max_line_bytes)
+    except LocatedError:
+        raise
+    except ValueError as exc:
+        raise GenDatasetError(str(exc)) from None
     parse = _parser(reader, model, block_size)
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     files = [f for path in paths for f in input_files(reader, path)]

@@ -7,7 +7,7 @@ chunk, ``seq_len`` and the text forms of its id and timestamp (the tail's seed).
 - LMCache lookup-hash logs (:class:`LookupParser`): LMCache's ``gen-dataset`` fields --
   ``chunk_hashes`` (strings, used verbatim), ``chunk_size``, ``seq_len``, ``request_id``
   (any JSON value; Python's ``str`` of it, as ``json.loads`` gives it) and ``timestamp``
-  (the sort key; 0.0 when absent); ``model_name`` only for ``--model``.
+  (the sort key; 0.0 when absent); ``model_name`` only for ``--instance``.
 - Standard and Mooncake traces (:class:`EventParser`): each key is a chunk whose hash string
   is the key's decimal text, ``block_size`` tokens each; ``seq_len`` is ``input_len``; the
   id is the reader's ``trace_id`` (standard: ``trace_id``, its line number when absent;
@@ -378,7 +378,7 @@ class RequestIndex:
             path,
             line_no,
             f"field 'chunk_size' {size} differs from {self.chunk_size} first seen at "
-            f"{self.first}; gen-dataset takes one chunk size (--model picks one model)",
+            f"{self.first}; gen-dataset takes one chunk size (--instance picks one model)",
         )
 
 

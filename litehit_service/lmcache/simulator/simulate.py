@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from litehit_core import LocatedError
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import staircase_batch_engine
@@ -44,7 +45,7 @@ from litehit_core.errors import InvalidRequestError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.projector import MAX_CAPACITY_GB
 from litehit_core.staircases import BatchResult
-from litehit_service.traces.readers import TraceEvent, format_names, get_reader
+from litehit_service.traces.readers import TraceEvent, format_names, reader_of_inputs
 
 __all__ = [
     "FORMATS",
@@ -60,8 +61,7 @@ __all__ = [
 ]
 
 FORMATS = tuple(sorted(format_names()))
-"""``--format`` choices: the registered trace formats in name order (lmcache, the default,
-first)."""
+"""The trace formats ``simulate`` and ``sweep`` read (``--trace-format``), in name order."""
 PERCENTILES = (25, 50, 75, 90, 99)
 ROLLING_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
 CURVE_TABLE_ROWS = 12
@@ -107,24 +107,34 @@ class Workload:
 def load_workload(
     inputs: Sequence[str | os.PathLike[str]],
     *,
-    fmt: str = "lmcache",
+    fmt: str | None = None,
     model: str | None = None,
     max_samples: int | None = None,
     kv_bytes_per_chunk: int | None = None,
     block_size: int | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Workload:
-    """Read the inputs (files; directories of ``lookup_hashes_*.jsonl`` for LMCache logs),
-    keep ``model``'s events (LMCache ``model_name``, a standard trace's ``instance_id``),
+    """Read the inputs (files; directories of ``lookup_hashes_*.jsonl`` for LMCache logs)
+    in format ``fmt`` (None: detected from each input's first line, which must agree), keep
+    ``model``'s events (LMCache ``model_name``, a standard trace's ``instance_id``),
     sort them stably by time, keep the first ``max_samples`` (None or <= 0: all) and
     flatten them. LocatedError for a bad line; SimulateError naming the option otherwise.
     O(input size)."""
     started = time.process_time()
-    if fmt not in FORMATS:
-        raise SimulateError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
+    paths = [os.fspath(p) for p in inputs]
+    if not paths:
+        raise SimulateError("-i/--input needs at least one file or directory")
+    if fmt is not None and fmt not in FORMATS:
+        raise SimulateError(f"--trace-format must be one of {list(FORMATS)}, got {fmt!r}")
     if kv_bytes_per_chunk is not None and kv_bytes_per_chunk <= 0:
         raise SimulateError(f"--kv-bytes-per-chunk must be > 0, got {kv_bytes_per_chunk}")
-    reader = get_reader(fmt)
+    try:
+        reader = reader_of_inputs(paths, fmt, max_line_bytes=max_line_bytes)
+    except LocatedError:
+        raise
+    except ValueError as exc:
+        raise SimulateError(str(exc)) from None
+    fmt = reader.name
     if reader.sizes_in_trace and block_size is not None:
         raise SimulateError("--block-size is not for LMCache logs: chunk_size is in the logs")
     if not reader.sizes_in_trace and kv_bytes_per_chunk is None:
@@ -134,9 +144,6 @@ def load_workload(
         )
     events: list[TraceEvent] = []
     sizes: dict[str, tuple[int, int]] = {}
-    paths = [os.fspath(p) for p in inputs]
-    if not paths:
-        raise SimulateError("-i/--input needs at least one file or directory")
     for path in paths:
         if reader.sizes_in_trace:
             read_events, models = reader.read_sized(

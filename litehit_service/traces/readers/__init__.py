@@ -40,6 +40,7 @@ from litehit_service.traces.readers.registry import (
     formats_of_line,
     get_reader,
     parse_lines,
+    reader_of_inputs,
 )
 from litehit_service.traces.readers.standard import (
     format_standard_event,
@@ -69,5 +70,6 @@ __all__ = [
     "read_lmcache",
     "read_mooncake",
     "read_standard",
+    "reader_of_inputs",
     "trace_lines",
 ]

@@ -37,6 +37,7 @@ __all__ = [
     "formats_of_line",
     "get_reader",
     "parse_lines",
+    "reader_of_inputs",
 ]
 
 _ENTRIES: tuple[TraceReader, ...] = (STANDARD, MOONCAKE, LMCACHE)
@@ -145,3 +146,25 @@ def parse_lines(
     if parse is None:
         raise ValueError(f"trace format {trace_format!r} cannot be parsed line by line")
     return parse_numbered(lines, first_line_no, path, parse, plain)
+
+
+def reader_of_inputs(
+    inputs: Sequence[str | os.PathLike[str]],
+    fmt: str | None,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> TraceReader:
+    """The reader of format ``fmt`` or, when it is None, the one every input is detected
+    as (:func:`detect_format`: each input's first line). ValueError naming the value for an
+    unknown ``fmt``, and naming each input's format when they differ; LocatedError when one
+    cannot be told. O(first line of each input)."""
+    if fmt is not None:
+        try:
+            return get_reader(fmt)
+        except ValueError as exc:
+            raise ValueError(f"--trace-format: {exc}") from None
+    found = [(os.fspath(p), detect_format(p, max_line_bytes=max_line_bytes)) for p in inputs]
+    if len({reader.name for _, reader in found}) > 1:
+        listed = ", ".join(f"{path} ({reader.name})" for path, reader in found)
+        raise ValueError(f"the inputs are of different formats: {listed}; give --trace-format")
+    return found[0][1]
