@@ -81,12 +81,21 @@ def require(condition: object, what: str) -> None:
     pytest.skip(what)
 
 
+DEBIAN_PACKAGES = {"promtool": "prometheus", "prometheus": "prometheus", "openssl": "openssl",
+                   "docker-compose": "docker-compose"}  # fmt: skip
+"""The Debian package that provides each command the tests run (``.ci/run`` installs them)."""
+RAY_MISSING = "ray is not installed: pip install '.[ray]' (or scripts/test-extras)"
+"""The skip reason of every test that needs Ray."""
+
+
 def require_binary(name: str) -> str:
-    """The path of the command ``name`` (see :func:`require`)."""
+    """The path of the command ``name`` (see :func:`require`); the skip names the Debian
+    package that provides it."""
     import shutil
 
     path = shutil.which(name)
-    require(path is not None, f"the {name} command is not installed")
+    package = DEBIAN_PACKAGES.get(name, name)
+    require(path is not None, f"the {name} command is not installed: apt-get install {package}")
     assert path is not None
     return path
 
@@ -94,7 +103,12 @@ def require_binary(name: str) -> str:
 def mooncake_trace(name: str = "conversation_trace.jsonl") -> Path:
     """A shared Mooncake trace (see :func:`require`)."""
     path = MOONCAKE_DIR / name
-    require(path.is_file(), f"{path} is absent (the shared Mooncake traces)")
+    require(
+        path.is_file(),
+        f"{path} is absent (the shared Mooncake traces): git clone "
+        "https://github.com/kvcache-ai/Mooncake && mkdir -p ../shared/traces/mooncake && cp "
+        "Mooncake/FAST25-release/traces/*.jsonl ../shared/traces/mooncake/",
+    )
     return path
 
 

@@ -26,7 +26,9 @@ from litehit_service.traces.logs import CONVERTERS
 from litehit_service.traces.readers import READERS, read_standard
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = json.loads((ROOT.parent / "shared/golden/prefix_hash.json").read_text())
+GOLDEN = json.loads((ROOT / "tests/data/prefix_hash.json").read_text())
+"""The prefix-hash golden vectors (the project's copy of ``shared/golden/prefix_hash.json``,
+so a bare clone tests without ``../shared``; ``test_prefix_hash`` checks the copy)."""
 
 
 def ev(kind: str, source: str, us: int, **fields: object) -> str:

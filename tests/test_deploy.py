@@ -359,7 +359,11 @@ def _compose_command() -> list[str] | None:
 
 def test_compose_config_validates_and_resolves_defaults() -> None:
     cmd = _compose_command()
-    require(cmd is not None, "neither docker-compose nor the docker compose plugin is installed")
+    require(
+        cmd is not None,
+        "neither docker-compose nor the docker compose plugin is installed: apt-get install "
+        "docker-compose",
+    )
     assert cmd is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRAFANA_", "COMPOSE_"))}
     base = [*cmd, "--project-directory", str(REPO), "-f", str(COMPOSE_FILE), "config"]

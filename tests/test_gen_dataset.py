@@ -5,8 +5,8 @@ against prompts computed here from the rule; errors (``path:line: field value``,
 nothing written), the missing-library message and the option checks.
 
 LMCache's modules come from the unpacked wheel as in test_lmcache_parity.py
-(``$LMCACHE_WHEEL_DIR`` or ``../lmc/wheel``; required under CI); it loads the tokenizer with
-``transformers.AutoTokenizer`` (the dev extra).
+(``$LMCACHE_WHEEL_DIR`` or ``.ci-lmcache/wheel`` from ``scripts/test-extras``; required
+under CI); it loads the tokenizer with ``transformers.AutoTokenizer`` (the dev extra).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from conftest import require, run_cli
 from serve_process import serve_env
-from test_lmcache_parity import WHEEL
+from test_lmcache_parity import NO_WHEEL, WHEEL
 from test_simulate import FIXTURE
 
 from litehit_service.cli import main
@@ -115,7 +115,7 @@ def byte_tok(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lmcache() -> Any:
     require(
         (WHEEL / "lmcache/tools/cache_simulator/gen_bench_dataset.py").is_file(),
-        f"no unpacked lmcache wheel at {WHEEL} (set LMCACHE_WHEEL_DIR)",
+        NO_WHEEL,
     )
     require(importlib.util.find_spec("transformers") is not None, "transformers is not installed")
     sys.path.insert(0, str(WHEEL))
@@ -210,10 +210,10 @@ def hand_built_logs(root: Path) -> list[Path]:
     "extra",
     [
         [],
-        ["--instance", "m1"],
+        ["--model", "m1"],  # LMCache's spelling, which ours accepts as --instance
         ["-n", "4"],
-        ["--instance", "m1", "-n", "3", "--output-len", "7"],
-        ["-n", "0", "--instance", "m2"],
+        ["--model", "m1", "-n", "3", "--output-len", "7"],
+        ["-n", "0", "--model", "m2"],
     ],
 )
 def test_hand_built_logs_give_lmcaches_bytes(

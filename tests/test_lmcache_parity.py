@@ -1,8 +1,8 @@
 """`litehit simulate|sweep --touch-order head-first` against LMCache's own cache simulator
 (lmcache 0.5.6, standard library only), when its modules are here: an unpacked wheel in
-``$LMCACHE_WHEEL_DIR`` or ``../lmc/wheel`` beside the checkout (``.ci/run`` downloads and
-unpacks it). Skipped otherwise, failed under CI (``CI`` set: tests/conftest.py
-``require``); the naive oracle in test_simulate.py always runs.
+``$LMCACHE_WHEEL_DIR`` or ``.ci-lmcache/wheel`` in the checkout, made by
+``scripts/test-extras`` (which ``.ci/run`` calls). Skipped otherwise, failed under CI
+(``CI`` set: tests/conftest.py ``require``); the naive oracle in test_simulate.py always runs.
 
 Every line LMCache's report prints must be the line LiteHit prints, at many capacities, on
 the checked-in log and on the Mooncake conversation trace (``../shared``).
@@ -31,14 +31,16 @@ from litehit_service.lmcache.simulator.simulate import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-WHEEL = Path(os.environ.get("LMCACHE_WHEEL_DIR", ROOT.parent / "lmc" / "wheel"))
+WHEEL = Path(os.environ.get("LMCACHE_WHEEL_DIR", ROOT / ".ci-lmcache" / "wheel"))
+"""LMCache 0.5.6's modules, unpacked by ``scripts/test-extras`` (or ``$LMCACHE_WHEEL_DIR``)."""
+NO_WHEEL = f"no unpacked lmcache wheel at {WHEEL}: run scripts/test-extras --no-ray"
 
 
 @pytest.fixture(scope="module")
 def lmcache():
     require(
         (WHEEL / "lmcache/tools/cache_simulator/simulator.py").is_file(),
-        f"no unpacked lmcache wheel at {WHEEL} (set LMCACHE_WHEEL_DIR)",
+        NO_WHEEL,
     )
     sys.path.insert(0, str(WHEEL))
     logging.disable(logging.WARNING)  # lmcache/__init__ warns that torch is absent

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli_argv, require
+from conftest import RAY_MISSING, cli_argv, require
 
 from litehit_core.policy_replay import replay
 from litehit_core.policy_replay.loop import TICK
@@ -210,7 +210,7 @@ def ray_cluster():
     attempt after a raylet start timeout, as ``test_ray_executor.py`` does."""
     import importlib.util
 
-    require(importlib.util.find_spec("ray") is not None, "ray (pip install '.[ray]')")
+    require(importlib.util.find_spec("ray") is not None, RAY_MISSING)
     import ray
 
     def start() -> None:

@@ -1,12 +1,17 @@
 """Prefix-chained block key hash: golden vectors and the unsigned 64-bit contract.
 
 The golden vectors are copied verbatim from ``shared/golden/prefix_hash.json`` (that folder
-is absent in some environments, so the numbers live here).
+is absent in a bare clone, so the numbers live here, and the file itself in
+``tests/data/prefix_hash.json``; both are checked against it when it is there).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from conftest import SHARED, require
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -192,3 +197,20 @@ def test_compiled_chain_matches_golden_chains(raw: list[int], expected: list[int
 @given(st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=80))
 def test_compiled_chain_is_apply_prefix_hash(raw: list[int]) -> None:
     assert chain_keys(raw) == apply_prefix_hash(raw)
+
+
+DATA = Path(__file__).resolve().parent / "data" / "prefix_hash.json"
+
+
+def test_the_vectors_here_are_the_golden_file() -> None:
+    """Catches the inline vectors or the tests' copy drifting from the golden file."""
+    golden = json.loads(DATA.read_text())
+    steps = [(s["prev"], s["raw"], s["next"]) for s in golden["steps"]]
+    assert steps == GOLDEN_STEPS
+    assert [(c["raw"], c["keys"]) for c in golden["chains"]] == GOLDEN_CHAINS
+
+
+def test_the_tests_copy_is_the_shared_golden_file() -> None:
+    shared = SHARED / "golden" / "prefix_hash.json"
+    require(shared.is_file(), f"{shared} is absent (the shared golden vectors)")
+    assert DATA.read_bytes() == shared.read_bytes()

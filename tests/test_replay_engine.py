@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import require
+from conftest import RAY_MISSING, require
 from test_manager import make_reg, new_manager
 from test_ray_executor import HAVE_RAY, random_trace
 from test_replay import FAIL_CASES, assert_nothing_published, cli, ev, group, instance, setup
@@ -56,7 +56,7 @@ def without_memory(summary) -> list:
 
 
 def test_ray_lanes_use_the_chosen_engine(tmp_path: Path) -> None:
-    require(HAVE_RAY, "ray is not installed (pip install '.[ray]')")
+    require(HAVE_RAY, RAY_MISSING)
     from litehit_service.litehit.lanes import LaneSpec, replay_lane
 
     loaded = load_config(

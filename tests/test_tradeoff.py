@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import RAY_MISSING, mooncake_trace, require, run_cli
 
 from litehit_core import LocatedError
 from litehit_service.cli import main
@@ -32,7 +33,6 @@ from litehit_service.optimizer.tradeoff.sweep import (
     run_tradeoff,
     sweep_configs,
 )
-from tests.conftest import mooncake_trace, require, run_cli
 
 MIB_PER_TOKEN = 65536  # block_size 16 x 65536 B = 1 MiB a block
 MIB = 1 << 20
@@ -317,7 +317,7 @@ def test_dropped_descending_points_printed_and_skip_run(tmp_path, capsys):
 
 
 def test_ray_executor_gives_the_local_csvs(tmp_path, capsys):
-    require(importlib.util.find_spec("ray") is not None, "ray (pip install '.[ray]')")
+    require(importlib.util.find_spec("ray") is not None, RAY_MISSING)
     path = write_case(tmp_path, seeded_records(6, 300, "a"), [("g", -1, ["a"])])
     for executor in ("local", "ray"):
         code = run_main(str(path), "--eviction-policies", "random_lru", "--num-points", "5",
