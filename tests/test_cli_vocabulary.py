@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
 import pytest
+from doc_pages import PAGES, all_text, text_of
 
 from litehit_service.cli import build_parser, main
 from litehit_service.commands.options import (
@@ -231,10 +231,7 @@ def test_replay_writes_into_output_dir(tmp_path, capsys) -> None:
     assert not (tmp_path / "configured").exists()
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def readme_problems(text: str) -> list[str]:
+def readme_problems(text: str, where: str = "README.md") -> list[str]:
     """README lines that use an old spelling: a ``litehit COMMAND`` line with one of that
     command's hidden aliases, or anywhere an alias no command spells that way any more;
     allowed only in the "Renamed options" note and the LMCache mapping table (LMCache's own
@@ -261,21 +258,24 @@ def readme_problems(text: str) -> list[str]:
         lmcache_row = "Coming from LMCache" in section and line.startswith("| `")
         if allowed or lmcache_row:
             continue
-        for name, olds in aliases.items():
+        for command, olds in aliases.items():
             for old in olds:
-                used = re.search(rf"litehit {name}\b.*(?<![\w-]){re.escape(old)}(?![\w-])", line)
+                used = re.search(rf"litehit {command}\b.*(?<![\w-]){re.escape(old)}(?![\w-])", line)
                 if used or (
                     old in stale and re.search(rf"(?<![\w-]){re.escape(old)}(?![\w-])", line)
                 ):
-                    problems.append(f"README.md:{n}: {old} ({name}): {line.strip()[:80]}")
+                    problems.append(f"{where}:{n}: {old} ({command}): {line.strip()[:80]}")
     return sorted(set(problems))
 
 
 def test_the_readme_speaks_the_one_vocabulary() -> None:
     """Catches a README example or sentence still using a renamed option (outside the
     renamed-options note), and a renamed option the note forgets."""
-    text = README.read_text(encoding="utf-8")
-    assert readme_problems(text) == []
+    problems = []
+    for page in PAGES:
+        problems += readme_problems(text_of(page), str(page.relative_to(page.parents[1])))
+    assert problems == []
+    text = all_text()
     note = text[text.index("**Renamed options.**") :]
     note = note[: note.index("\n#")]
     every = {a for p in _commands().values() for act in p._actions for a in hidden_aliases(act)}  # noqa: SLF001

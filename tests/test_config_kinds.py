@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from doc_pages import all_text
 from fresh import ROOT, run_python
 
 from litehit_core import LocatedError
@@ -126,8 +127,8 @@ def refusal(load: Any, path: Path) -> LocatedError:
 
 
 def readme_json_blocks() -> list[Any]:
-    """Every complete JSON document the README shows (fragments left out)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """Every complete JSON document the README and the docs show (fragments left out)."""
+    text = all_text()
     found = []
     for block in re.findall(r"```json\n(.*?)```", text, re.S):
         try:
@@ -337,7 +338,7 @@ def test_the_readme_example_of_a_wrong_kind_is_what_replay_prints(
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = all_text()
     shown = readme.split("`litehit replay\ndocs/policy.json`:\n\n```text\n", 1)[1].split("\n")[0]
     assert main(["replay", "docs/policy.json"]) == 2
     assert capsys.readouterr().err == shown + "\n"

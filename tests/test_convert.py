@@ -111,8 +111,8 @@ def test_convert_mooncake_emit_config_placeholder(
     )  # fmt: skip
     assert code == 0
     assert json.loads(cfg.read_text(encoding="utf-8")) == {
-        "trace_file_path": str(out),
-        "output_result_path": str(tmp_path / "trace_results"),
+        "trace_file_path": "trace.jsonl",  # relative to the config's folder: they move together
+        "output_result_path": "trace_results",
         "block_size": 4,
         "instance_groups": [
             {
@@ -146,6 +146,26 @@ def test_convert_mooncake_emit_config_placeholder(
     )
     assert err[1].startswith("convert: 3 events, 1 instances, ")
     assert leftovers(tmp_path) == ["config.json", "mc.jsonl", "trace.jsonl"]
+
+
+def test_an_emitted_config_keeps_working_when_its_folder_moves(tmp_path: Path) -> None:
+    """Catches absolute paths in --emit-config's file (a moved or copied folder replayed
+    the old trace, or failed): the config lives in another folder than the trace, and the
+    folder holding both is moved before the replay."""
+    src = write_lines(tmp_path / "mc.jsonl", MOONCAKE_SAMPLE)
+    (tmp_path / "run" / "configs").mkdir(parents=True)
+    out, cfg = tmp_path / "run" / "trace.jsonl", tmp_path / "run" / "configs" / "c.json"
+    assert main(["convert", str(src), "-o", str(out), "--block-size", "4",
+                 "--emit-config", str(cfg)]) == 0  # fmt: skip
+    data = json.loads(cfg.read_text(encoding="utf-8"))
+    assert (data["trace_file_path"], data["output_result_path"]) == (
+        "../trace.jsonl",
+        "../trace_results",
+    )
+    moved = tmp_path / "moved"
+    (tmp_path / "run").rename(moved)
+    assert main(["replay", str(moved / "configs" / "c.json"), "--quiet"]) == 0
+    assert (moved / "trace_results" / "litehit_facts.csv").read_text().count("\n") == 4
 
 
 def test_convert_mooncake_emit_config_with_explicit_size(

@@ -4,7 +4,7 @@
 (b) No flat module sits in a package folder whose other entries are sub-packages: a folder
     holds either homes (sub-packages) or the modules of one job. Packages that hold both
     are listed in :data:`FLAT_BESIDE_PACKAGES` with the reason (deny by default).
-(c) The README's Architecture section draws this tree: a row per top-level home of
+(c) The Architecture section of the docs draws this tree: a row per top-level home of
     ``litehit_service`` naming each of its sub-packages and modules.
 """
 
@@ -89,13 +89,13 @@ def test_the_rule_sees_a_planted_flat_module(tmp_path: Path) -> None:
 
 
 def _architecture() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Architecture\n", 1)[1]
-    return section.split("\n## ", 1)[0]
+    from doc_pages import section
+
+    return section("Architecture")
 
 
 def test_the_readme_architecture_draws_the_homes() -> None:
-    """Catches a home, sub-package or module that the README's map leaves out (or a row
+    """Catches a home, sub-package or module that the docs' map leaves out (or a row
     for a folder that no longer exists)."""
     text = _architecture()
     rows = {

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from doc_pages import PAGES, all_text, section, text_of
 from google.protobuf import json_format
 
 from litehit_service import messages as pb2
@@ -15,7 +16,10 @@ from litehit_service.manager import OnlineOptimizerManager
 from litehit_service.metrics import ServiceMetrics
 from litehit_service.server import create_server
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = all_text()
+"""The README and every docs page (their examples run as written too)."""
+LANDING = text_of(PAGES[0])
+"""The README itself."""
 SERVICE = "kv_cache_manager.proto.optimizer.OptimizerService"
 
 
@@ -30,29 +34,48 @@ def server():
 
 
 def test_two_setup_commands_are_near_the_top():
-    block = re.search(r"## Two commands\n\n```bash\n(.*?)```", README, re.S).group(1)
+    block = re.search(r"## Two commands\n\n```bash\n(.*?)```", LANDING, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
     assert commands == [
         "python -m pip install . && litehit serve",
         "python -m pip install '.[dev]' && python -m pytest",
     ]
-    assert README.index("## Two commands") < 2500
+    assert LANDING.index("## Two commands") < 2500
+    assert LANDING.count("\n") <= 250  # a landing page: the rest is the docs site
 
 
 def test_gateway_example_runs(server, capsys):
-    code = re.search(r"## A gateway in ten lines\n\n```python\n(.*?)```", README, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section("A gateway in ten lines"), re.S).group(1)
     assert len(code.strip().splitlines()) <= 11
     exec(compile(code.replace("127.0.0.1:50051", server), "README", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     # two requests sharing the 2-block prefix [1, 2]: the second hits it at every capacity
     assert lines[:2] == ["[0, 0, 0]", "[2, 2, 2]"]
     assert lines[2].startswith("gpu-0 [(8.0, ")
+    shown = re.search(r"```text\n(.*?)```", section("A gateway in ten lines"), re.S).group(1)
+    assert lines == shown.splitlines()  # the output the README shows under it
+
+
+def test_the_docs_gateway_example_is_the_readmes_and_the_packed_one_runs(server, capsys):
+    """The gateway page shows the README's example (the same code and output), and its
+    packed-stream snippet runs as written after it (its own client), printing what the
+    page shows."""
+    readme, docs = section("A gateway in ten lines"), section("A gateway, step by step")
+    blocks = [re.findall(r"```(?:python|text)\n(.*?)```", s, re.S)[:2] for s in (readme, docs)]
+    assert blocks[0] == blocks[1]
+    exec(compile(blocks[0][0].replace("127.0.0.1:50051", server), "README", "exec"), {})
+    capsys.readouterr()
+    packed_section = section("A gateway, step by step")
+    packed, shown = re.findall(r"```(?:python|text)\n(.*?)```", packed_section, re.S)[2:4]
+    assert "stream_packed" in packed
+    exec(compile(packed.replace("127.0.0.1:50051", server), "docs", "exec"), {})
+    assert capsys.readouterr().out == shown
 
 
 def test_gateway_example_runs_twice_against_one_server(server, capsys):
     """A restarting gateway runs the example again: the identical group and registration
     are accepted as they are, and the instance keeps its cache (now every block hits)."""
-    code = re.search(r"## A gateway in ten lines\n\n```python\n(.*?)```", README, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section("A gateway in ten lines"), re.S).group(1)
     example = compile(code.replace("127.0.0.1:50051", server), "README", "exec")
     exec(example, {})
     exec(example, {})
@@ -101,6 +124,40 @@ def test_documented_cli_commands_exist():
     assert {"serve", "replay", "query", "curve", "convert", "instances", "health"} <= commands
 
 
+def documented_command_lines(text: str) -> list[str]:
+    """Every ``litehit ...`` command line in a code block of ``text`` (a ``$ `` prompt
+    dropped, ``\\`` continuations joined, a trailing ``# comment`` left out)."""
+    found = []
+    for language, block in re.findall(r"```([\w-]*)\n(.*?)```", text, re.S):
+        if language not in ("", "bash", "sh", "console"):
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.removeprefix("$ ").strip()
+            if line.startswith("litehit "):
+                found.append(line)
+    return found
+
+
+def test_every_documented_command_line_parses():
+    """Catches an example whose options the command no longer takes (a rename, a typo, a
+    removed flag): every command line of the README and the docs goes through the real
+    parser (nothing runs)."""
+    from litehit_service.cli import build_parser
+
+    lines = documented_command_lines(README)
+    assert len(lines) > 25  # the walk sees the examples
+    bad = []
+    for line in lines:
+        argv = shlex.split(line, comments=True)[1:]
+        argv = [a for a in argv if a not in ("&&", "|")][: argv.index("|") if "|" in argv else None]
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as exc:
+            if exc.code != 0:
+                bad.append(line)
+    assert bad == []
+
+
 def test_hybrid_section_example_and_worked_table_hold():
     """The hybrid registration example registers; the worked table is what the manager
     replays (facts, hits at 4096 and 8192 bytes and unlimited)."""
@@ -110,8 +167,8 @@ def test_hybrid_section_example_and_worked_table_hold():
     from litehit_service.litehit.config import registration_from_dict
     from litehit_service.model import InstanceGroup
 
-    section = README[README.index("## Hybrid linear-attention") :]
-    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    text = section("Hybrid linear-attention / Mamba instances")
+    example = json.loads(re.search(r"```json\n(.*?)```", text, re.S).group(1))
     manager = OnlineOptimizerManager()
     gib = 1024**3
     manager.create_group(
@@ -120,7 +177,7 @@ def test_hybrid_section_example_and_worked_table_hold():
     result = manager.register_instance(registration_from_dict(example))
     assert (result.size_full_only, result.size_full_linear) == (1 << 20, 9 << 20)
 
-    table = re.search(r"\| # \| keys .*?\n\|[-|]+\|\n(.*?)\n\n", section, re.S).group(1)
+    table = re.search(r"\| # \| keys .*?\n\|[-|]+\|\n(.*?)\n\n", text, re.S).group(1)
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
     worked = example | {
         "instance_id": "w",
@@ -137,7 +194,7 @@ def test_hybrid_section_example_and_worked_table_hold():
         r = manager.trace_query("w", ids, int(tokens))
         assert f"`{format_hit_curve(r.fact.hit_curve)}`" == fact
         assert [*r.hit_blocks, r.theoretical.max_hit_count] == [int(at4k), int(at8k), int(inf)]
-    assert "24/80 tokens at 4096 bytes, 36/80 at 8192, 48/80 unlimited" in section
+    assert "24/80 tokens at 4096 bytes, 36/80 at 8192, 48/80 unlimited" in text
     summary = {s.instance_id: s for s in manager.list_instances()}["w"]
     assert [c.total_hits * 4 for c in summary.capacity_summaries] == [24, 36]
 
@@ -146,8 +203,8 @@ def test_every_serve_flag_is_in_the_configuration_table():
     """Walks the real option list of `litehit serve`: each flag and its variable are a row."""
     from litehit_service.commands.serve import _OPTIONS
 
-    section = README[README.index("## Configuration") :]
-    table = section[: section.index("\n\n", section.index("| flag |"))]
+    text = section("Configuration")
+    table = text[: text.index("\n\n", text.index("| flag |"))]
     rows = {
         line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| `")
     }
@@ -158,13 +215,13 @@ def test_every_serve_flag_is_in_the_configuration_table():
 
 
 def test_live_curve_walkthrough_runs_from_a_fresh_folder(tmp_path, serve, mooncake):
-    """The live-curve section's commands as written (``litehit feed`` first), against
+    """The live-curve text's commands as written (``litehit feed`` first), against
     ``litehit serve`` on port 0, in a folder holding only the Mooncake conversation trace:
     each succeeds, and ``litehit curve --server`` prints the table the README shows."""
     from conftest import run_cli
 
-    section = README[README.index("## Live curves") :]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    text = section("Live curves: every capacity of a running instance")
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
     server = serve("--data-dir", str(tmp_path / "data"))
     done = {}
@@ -175,7 +232,7 @@ def test_live_curve_walkthrough_runs_from_a_fresh_folder(tmp_path, serve, moonca
         assert done[argv[1]].returncode == 0, (line, done[argv[1]].stderr)
     assert list(done) == ["convert", "feed", "curve", "instances"]
     assert "(group default, block 512 tokens, 12031 queries on the server)" in done["feed"].stdout
-    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
+    shown = re.search(r"```text\n(.*?)```", text, re.S).group(1).splitlines()
     printed = done["curve"].stdout.splitlines()
     assert shown[:3] == printed[:3]
     assert set(shown[4:]) <= set(printed), set(shown[4:]) - set(printed)
@@ -185,7 +242,7 @@ def test_live_curve_walkthrough_runs_from_a_fresh_folder(tmp_path, serve, moonca
 # ---------------------------------------------------------------- the README's figures
 
 # A measured (machine-dependent) figure: a number followed by one of these units. The
-# README's Development section states the rule this enforces: every such figure outside
+# README's Development text states the rule this enforces: every such figure outside
 # code blocks sits in a paragraph, list item or table row naming the benchmark script
 # that reruns it and the date it ran.
 MEASURED = re.compile(
@@ -246,20 +303,20 @@ def test_figure_rule_catches_an_untagged_figure():
 
 
 def test_every_measured_figure_names_its_benchmark_and_date():
-    assert "Figures in this README" in README[README.index("## Development") :]
-    assert MEASURED.search(README[README.index("## Performance") :])  # the walk sees some
+    assert "Figures in the README and these pages" in section("Development")
+    assert MEASURED.search(section("Performance"))  # the walk sees some
     bad = unsourced_figures(README)
     assert not bad, "\n\n".join(f"{figures}: {unit}" for figures, unit in bad)
 
 
 def test_offline_walkthrough_prints_the_documented_hit_rates(tmp_path, mooncake):
-    """The offline section's four commands as written, in a folder holding only the
+    """The offline text's four commands as written, in a folder holding only the
     Mooncake conversation trace: each succeeds, and the lines the README shows are among
     what ``replay`` and ``curve`` print."""
     from conftest import run_cli
 
-    section = README[README.index("## Offline: from a trace") : README.index("## Coming from")]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    text = section("Offline: from a trace to an exact curve")
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
     printed: list[str] = []
     commands = []
@@ -271,11 +328,11 @@ def test_offline_walkthrough_prints_the_documented_hit_rates(tmp_path, mooncake)
         commands.append(argv[1])
         printed += done.stdout.splitlines()
     assert commands == ["convert", "replay", "query", "curve"]
-    shown = re.search(r"```text\n(.*?)```", section, re.S).group(1).splitlines()
+    shown = re.search(r"```text\n(.*?)```", text, re.S).group(1).splitlines()
     assert len(shown) == 3
     for line in shown:
         assert line in printed, line
-    assert "29,599 blocks" in section and "29599" in shown[2]
+    assert "29,599 blocks" in text and "29599" in shown[2]
 
 
 def test_replay_config_errors_example(tmp_path):

@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 import re
 
+from conftest import mooncake_trace, run_cli
+from doc_pages import section
+
 from litehit_service.optimizer.optimize.config import optimize_config_from_dict
 from litehit_service.optimizer.optimize.exact import exact_rates
 from litehit_service.optimizer.optimize.run import run_optimize
 from litehit_service.optimizer.optimize.trace import load_trace
-from tests.conftest import ROOT, mooncake_trace, run_cli
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-SECTION = README[README.index("## Comparing eviction policies") : README.index("## Metrics and")]
+SECTION = section("Comparing eviction policies")
 CONFIG = json.loads(re.search(r"```json\n(.*?)```", SECTION, re.S).group(1))
 
 

@@ -232,10 +232,17 @@ def test_readme_tiered_walkthrough(tmp_path, mooncake):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    config = root / "docs" / "tiered.json"
-    readme = (root / "README.md").read_text()
-    section = readme[readme.index("### Tiered storage") : readme.index("### Trade-off curves")]
-    shown = section[section.index("$ litehit optimize docs/tiered.json") :].splitlines()[1:6]
+    # docs/tiered.json reads traces/conversation_trace.jsonl of the clone: the same
+    # configuration with the shared trace's path, writing under tmp_path
+    shipped = json.loads((root / "docs" / "tiered.json").read_text())
+    assert shipped["trace_file_path"] == "../traces/conversation_trace.jsonl"
+    assert shipped["output_result_path"].startswith("../out/")  # ignored by git
+    config = tmp_path / "tiered.json"
+    config.write_text(json.dumps({**shipped, "trace_file_path": str(mooncake)}))
+    from doc_pages import section
+
+    text = section("Tiered storage: HBM, DRAM, SSD")
+    shown = text[text.index("$ litehit optimize docs/tiered.json") :].splitlines()[1:6]
     done = run_cli("optimize", str(config), "--draw-chart", "-o", str(tmp_path / "o"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == shown

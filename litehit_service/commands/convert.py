@@ -86,7 +86,7 @@ def register(subparsers: Any) -> None:
         metavar="TOKENS",
         help=(
             f"mooncake: tokens per hash id (default {DEFAULT_MOONCAKE_BLOCK_SIZE}); "
-            f"publisher-log: tokens per key (required; input_len = keys x N); "
+            f"publisher-log: tokens per key (required; input_len = keys x TOKENS); "
             f"qwen-bailian: tokens per hash id (default {BAILIAN_BLOCK_TOKENS}); "
             f"standard: the trace granularity written by --emit-config "
             f"(default {DEFAULT_STANDARD_BLOCK_SIZE}); not for lmcache (chunk_size is in the logs)"

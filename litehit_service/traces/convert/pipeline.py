@@ -280,7 +280,9 @@ def _emit_config(
                 "(or pass --kv-bytes-per-chunk); until then, 'litehit curve "
                 "--block-bytes-unknown' draws capacities in blocks"
             )
-    config = starter_config(output, block_size, sizes)
+    config = starter_config(
+        output, block_size, sizes, os.path.dirname(os.path.abspath(emit_config))
+    )
     with open(tmp_paths[1], "w", encoding="utf-8", newline="\n") as fh:
         json.dump(config, fh, indent=2)
         fh.write("\n")
@@ -327,20 +329,26 @@ def _trace_events(
             advance(sum(map(len, lines)))
 
 
-def starter_config(trace_path: str, block_size: int, sizes: dict[str, int]) -> dict[str, Any]:
-    """A starter ``litehit replay`` config for the standard trace at ``trace_path``.
+def starter_config(
+    trace_path: str, block_size: int, sizes: dict[str, int], config_dir: str = "."
+) -> dict[str, Any]:
+    """A starter ``litehit replay`` config for the standard trace at ``trace_path``, to be
+    written into the folder ``config_dir``.
 
     One instance group "default" (LRU, capacities 1..64 GiB, theoretical maximum on) and one
     instance per entry of ``sizes`` (instance id -> bytes per block, sorted by id), each with
     a single location spec "kv" forming the full group "full". ``block_size`` (tokens) is
-    both the trace granularity and every instance's block size. Paths are absolute;
-    results go to ``<trace dir>/<trace stem>_results``. O(instances).
+    both the trace granularity and every instance's block size. Paths are relative to
+    ``config_dir`` (a replay config reads them from its own folder), so the config and the
+    trace move together; results go to ``<trace dir>/<trace stem>_results``. O(instances).
     """
     trace_abs = os.path.abspath(trace_path)
     stem = os.path.splitext(os.path.basename(trace_abs))[0]
+    results = os.path.join(os.path.dirname(trace_abs), f"{stem}_results")
+    here = os.path.abspath(config_dir)
     return {
-        "trace_file_path": trace_abs,
-        "output_result_path": os.path.join(os.path.dirname(trace_abs), f"{stem}_results"),
+        "trace_file_path": os.path.relpath(trace_abs, here),
+        "output_result_path": os.path.relpath(results, here),
         "block_size": block_size,
         "instance_groups": [
             {
