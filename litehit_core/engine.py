@@ -26,7 +26,7 @@ kind (:mod:`litehit_core.policy_replay`) and register beside these in :data:`POL
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -68,6 +68,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "EVICTION_POLICIES",
     "FACT_MODELS",
+    "KERNEL_FAMILIES",
     "AUTO_COMPACT_BYTES",
     "AUTO_STAIRCASE_KEYS",
     "LRU_ENGINES",
@@ -75,6 +76,7 @@ __all__ = [
     "EngineModel",
     "EngineSpec",
     "EngineState",
+    "KernelFamily",
     "POLICIES",
     "STAIRCASE_ENGINES",
     "PolicyModel",
@@ -475,3 +477,39 @@ def create_engine(spec: EngineSpec, state: EngineState | None = None) -> ReplayE
             f"state.model must be the spec's {spec.model!r}, got {getattr(state, 'model', None)!r}"
         )
     return description.build(spec, state)
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """One family of compiled (numba) kernels: ``module`` exposes ``warm_up() -> float``
+    (compile or load every kernel of the family; seconds), ``what`` names it to users,
+    ``compile_s`` is about how long compiling it takes once after an install on a 2-core
+    machine (``bench/bench_first_run.py`` measures it), ``used_by`` the commands that load it."""
+
+    module: str
+    what: str
+    compile_s: float
+    used_by: str
+
+
+KERNEL_FAMILIES: Mapping[str, KernelFamily] = {
+    "full-attention": KernelFamily(
+        "litehit_core.compact_lite_hit",
+        "full-attention engine",
+        3.0,
+        "serve, replay and feed with the compact engine, simulate and sweep",
+    ),
+    "hybrid": KernelFamily(
+        "litehit_core.hybrid", "hybrid (linear/Mamba) engine", 3.0, "hybrid instances"
+    ),
+    "policy-replay": KernelFamily(
+        "litehit_core.policy_replay",
+        "policy-replay",
+        11.0,
+        "optimize, tradeoff, export-tree, lifecycle",
+    ),
+    "prefix-chain": KernelFamily(
+        "litehit_core.prefix_chain", "prefix-chain", 1.0, "convert (Qwen Bailian), prefix hashing"
+    ),
+}
+"""Every family of compiled kernels, by name (``litehit warm-up`` compiles them all)."""

@@ -118,7 +118,7 @@ def test_every_subcommand_speaks_the_one_vocabulary() -> None:
     beside --trace-format), argparse's default metavars, reST markup or '%%' in help, a
     default the help leaves unsaid, a required option among the optional ones."""
     commands = _commands()
-    assert len(commands) == 15  # the walk is not vacuous: every subcommand is in it
+    assert len(commands) == 16  # the walk is not vacuous: every subcommand is in it
     problems = [p for name, parser in commands.items() for p in vocabulary_problems(name, parser)]
     assert problems == []
 
@@ -290,3 +290,17 @@ def test_the_readme_walk_can_fail() -> None:
         "README.md:3: --capacity-gb (query): litehit query f.csv --capacity-gb 8",
         "README.md:4: --from (gen-dataset): litehit gen-dataset --from x",
     ]
+
+
+def test_the_cli_reference_lists_every_command_with_its_help() -> None:
+    """Catches a command added (or renamed) without its row in docs/reference/cli.md."""
+    from doc_pages import ROOT
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    sub = build_parser()._subparsers._group_actions[0]  # noqa: SLF001
+    missing = [
+        a.dest
+        for a in sub._choices_actions  # noqa: SLF001
+        if f"| `litehit {a.dest}` | {a.help.replace('%%', '%')} |" not in page
+    ]
+    assert missing == []

@@ -1,66 +1,107 @@
-"""The shared compiled primitives of litehit_core.kernels against plain numpy / Python."""
+"""Compiled kernels as commands meet them (``litehit_service.offline.kernels``): the
+compile notice while a family compiles, the compile time apart in the run line, and
+``litehit warm-up``."""
 
 from __future__ import annotations
 
-import numpy as np
+import io
+import json
+import os
+import time
+from pathlib import Path
+
 import pytest
+from conftest import mooncake_trace, run_cli
 
-from litehit_core.errors import InvalidRequestError
-from litehit_core.kernels import (
-    distinct_keys,
-    fenwick_add,
-    fenwick_prefix,
-    fenwick_search,
-    home_slot,
-    popcount,
-)
+from litehit_core import prefix_chain
+from litehit_core.engine import KERNEL_FAMILIES
+from litehit_service.cli import main
+from litehit_service.offline.kernels import compile_notice, load_kernels
+from litehit_service.offline.outputs import run_line
 
 
-@pytest.mark.parametrize("size", [1, 2, 7, 64, 100])
-def test_fenwick_prefix_and_search_match_cumulative_sums(size: int) -> None:
-    rng = np.random.default_rng(size)
-    values = rng.integers(0, 5, size)
-    fen = np.zeros(size, np.int64)
-    for i, v in enumerate(values):
-        fenwick_add(fen, i, v)
-    sums = np.concatenate(([0], np.cumsum(values)))
-    assert [fenwick_prefix(fen, i) for i in range(size + 1)] == sums.tolist()
-    for target in range(-1, int(sums[-1]) + 3):
-        # the largest i with prefix(i) < target
-        expected = int(np.searchsorted(sums, target, side="left")) - 1 if target > 0 else 0
-        assert fenwick_search(fen, target) == expected, target
+def test_a_slow_load_is_announced_while_it_runs_and_timed(monkeypatch) -> None:
+    """Catches a compile that goes unannounced (a silent first run of 10+ s), or a notice
+    printed only after the compile ended."""
+    seen_during = []
+    out = io.StringIO()
+
+    def slow() -> float:
+        time.sleep(0.6)
+        seen_during.append(out.getvalue())
+        return 0.6
+
+    monkeypatch.setattr(prefix_chain, "warm_up", slow)
+    seconds = load_kernels("prefix-chain", after_s=0.05, stream=out)
+    assert seconds >= 0.6
+    assert seen_during == [compile_notice("prefix-chain") + "\n"]  # printed while it ran
+    lines = out.getvalue().splitlines()
+    assert lines[0] == (
+        "litehit: compiling the prefix-chain kernels, once after an install (about 1 s on 2 "
+        "cores; later runs load them from numba's cache in ~0.1 s; 'litehit warm-up' "
+        "compiles every kernel ahead)"
+    )
+    assert lines[1].startswith("litehit: prefix-chain kernels compiled in 0.")
+    assert len(lines) == 2
 
 
-def test_fenwick_add_removes_what_it_added() -> None:
-    fen = np.zeros(16, np.int32)
-    fenwick_add(fen, 5, 3)
-    fenwick_add(fen, 5, -3)
-    assert not fen.any()
+def test_a_fast_load_says_nothing() -> None:
+    """Catches a notice on every run (a cached load takes ~0.1 s and is no compile)."""
+    out = io.StringIO()
+    assert load_kernels("prefix-chain", after_s=5.0, stream=out) < 5.0
+    assert out.getvalue() == ""
 
 
-def test_fenwick_search_of_an_empty_tree() -> None:
-    assert fenwick_search(np.zeros(0, np.int64), 5) == 0
+def test_the_run_line_names_a_compile_apart_and_keeps_it_out_of_the_rate() -> None:
+    """Catches "15.486 s, 777 reads/s" for a run that compiled for 14 s (the rate a warm
+    run gives is what the line must show)."""
+    assert run_line("optimize", 12000, "reads", "1 instances", 13.0, "out", 12.0) == (
+        "optimize: 12000 reads, 1 instances, 13.000 s (12.0 s compiling kernels, once after "
+        "an install), 12,000 reads/s -> out"
+    )
+    assert run_line("optimize", 100, "reads", "1 instances", 2.0, "out", 0.1) == (
+        "optimize: 100 reads, 1 instances, 2.000 s, 50 reads/s -> out"
+    )
 
 
-@pytest.mark.parametrize(
-    "word", [0, 1, 2**63, 2**64 - 1, 0x5555555555555555, 0x8000000000000001, 12345678901234]
-)
-def test_popcount(word: int) -> None:
-    assert popcount(np.uint64(word)) == bin(word).count("1")
+def test_warm_up_loads_every_family(capsys) -> None:
+    """``litehit warm-up`` goes through every family of the registry's table (a family
+    added there is warmed without another change), one line each, then the total."""
+    assert main(["warm-up"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 * len(KERNEL_FAMILIES) + 1
+    for i, family in enumerate(KERNEL_FAMILIES.values()):
+        assert err[2 * i] == f"warm-up: {family.what} kernels ({family.used_by}) ..."
+        assert err[2 * i + 1].startswith(f"warm-up: {family.what} kernels ready in ")
+    assert err[-1].startswith(f"warm-up: {len(KERNEL_FAMILIES)} kernel families ready in ")
 
 
-def test_home_slot_is_in_range_and_spreads_sequential_keys() -> None:
-    mask = 1023
-    slots = [home_slot(key, mask) for key in range(-500, 3596)]
-    assert min(slots) >= 0 and max(slots) <= mask
-    assert len(set(slots)) > 0.6 * (mask + 1)  # 4096 sequential keys fill most slots
-    assert home_slot(-(2**63), 7) == home_slot(-(2**63), 7)  # deterministic, int64 edge
+def test_a_cold_optimize_speaks_before_it_compiles(tmp_path: Path) -> None:
+    """A real first run after an install (numba's cache empty): the notice is the first
+    line on stderr, then the compile's time, the summary and a run line naming the compile
+    apart. (The time it takes is measured in bench/bench_first_run.py, not here.)"""
+    trace = mooncake_trace()
+    config = tmp_path / "policy.json"
+    shipped = json.loads((Path(__file__).resolve().parents[1] / "docs/policy.json").read_text())
+    config.write_text(json.dumps({**shipped, "trace_file_path": str(trace),
+                                  "output_result_path": str(tmp_path / "out")}))  # fmt: skip
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    done = run_cli("optimize", str(config), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr.splitlines()
+    assert err[0] == compile_notice("policy-replay")
+    assert err[1].startswith("litehit: policy-replay kernels compiled in ")
+    assert err[-1].startswith("optimize: 12031 reads, 1 instances, ")
+    assert " s compiling kernels, once after an install), " in err[-1]
+    assert done.stdout.splitlines()[1].startswith("conv ")
+    warm = run_cli("optimize", str(config), env=env, timeout=300)  # now cached
+    assert warm.returncode == 0 and warm.stderr.splitlines()[0].startswith("optimize: ")
 
 
-def test_distinct_keys_keeps_first_occurrences_in_order() -> None:
-    out = distinct_keys([5, 3, 5, 1, 3])
-    assert out.dtype == np.int64 and out.tolist() == [5, 3, 1]
-    assert distinct_keys([]).tolist() == []
-    assert distinct_keys(range(3)).tolist() == [0, 1, 2]
-    with pytest.raises(InvalidRequestError, match="int64"):
-        distinct_keys([2**63])
+@pytest.mark.parametrize("name", sorted(KERNEL_FAMILIES))
+def test_every_family_names_a_module_with_a_warm_up(name: str) -> None:
+    import importlib
+
+    family = KERNEL_FAMILIES[name]
+    assert callable(importlib.import_module(family.module).warm_up)
+    assert family.compile_s > 0 and family.used_by

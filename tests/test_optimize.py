@@ -455,3 +455,23 @@ def test_bad_options(tmp_path, args, message):
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_charts_window_rate_is_token_weighted() -> None:
+    """Catches the chart's window line as a mean of per-read rates (a 1-token read that
+    hit counting as much as a 1000-token read that missed: 50 % instead of 0.1 %), checked
+    against the naive definition over every window."""
+    import numpy as np
+
+    from litehit_service.optimizer.optimize.outputs import window_rate
+
+    rng = np.random.default_rng(7)
+    inputs = rng.integers(0, 2000, 300)
+    hits = (inputs * rng.random(300)).astype(np.int64)
+    got = window_rate(hits, inputs, 100)
+    for i in range(300):
+        lo = max(0, i - 99)
+        total = inputs[lo : i + 1].sum()
+        expected = hits[lo : i + 1].sum() / total if total else 0.0
+        assert got[i] == pytest.approx(expected, abs=1e-12), i
+    assert window_rate(np.array([1, 0]), np.array([1, 1000]), 2)[1] == pytest.approx(1 / 1001)

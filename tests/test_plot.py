@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from test_curve import GIB, PNG_SIGNATURE, random_rows, run, worked_rows, write_facts
 
 from litehit_core import FactRow, HitCurveSegment, InstanceCurve, InvalidRequestError
@@ -239,3 +240,37 @@ def test_unknown_block_bytes_draw_blocks(
     assert code == 2 and err == (
         "litehit curve: error: --block-bytes-unknown only affects the plot, which --no-png skips\n"
     )
+
+
+def _crosses(p1, p2, q1, q2) -> bool:
+    """Whether segments p1-p2 and q1-q2 cross (proper intersection)."""
+
+    def side(a, b, c) -> float:
+        return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+
+    return side(p1, p2, q1) * side(p1, p2, q2) < 0 and side(q1, q2, p1) * side(q1, q2, p2) < 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_marked_points_leader_lines_cross_nothing(seed: int) -> None:
+    """Catches the 90 % and 95 % leader lines crossing each other or another mark's label
+    (as they did: each label right of its own point, stacked the other way). Checked in
+    display space on random traces' single-curve figures."""
+    curve = build_curves(random_rows(seed))[0]
+    fig = build_figure([curve])
+    fig.canvas.draw()
+    ax = axes(fig)
+    shown = [t for t in ax.texts if "of max" in t.get_text()]
+    assert len(shown) == 3
+    leaders = [(ax.transData.transform(t.xy), ax.transData.transform(t.xyann)) for t in shown]
+    boxes = [Text.get_window_extent(t) for t in shown]  # the text alone, not its leader
+    for i, (a, b) in enumerate(leaders):
+        for j, (c, d) in enumerate(leaders):
+            if i < j:
+                assert not _crosses(a, b, c, d), (i, j)
+        for j, box in enumerate(boxes):
+            if i == j:
+                continue
+            corners = [(box.x0, box.y0), (box.x1, box.y0), (box.x1, box.y1), (box.x0, box.y1)]
+            for k in range(4):
+                assert not _crosses(a, b, corners[k], corners[(k + 1) % 4]), (i, j)

@@ -167,13 +167,25 @@ def test_figures_have_the_panels():
         "7. Cache position at hit",
         "8. Exact token hit rate at every capacity (one replay)",
     ]
-    assert [pie.get_title() for pie in fig.axes[0].child_axes] == ["requests", "tokens"]
+    # the shares of hit requests and tokens in a box, not pies drawn over the bars
+    (box,) = [t.get_text() for t in fig.axes[0].texts]
+    hit_requests = np.count_nonzero(replay.hit_prefix(data["aggregate"]["cache_capacity_chunks"]))
+    a = data["aggregate"]
+    assert box == (
+        f"hit at all: {hit_requests / a['requests']:.0%} of requests\n"
+        f"hit tokens: {a['hit_tokens'] / (a['hit_tokens'] + a['miss_tokens']):.0%} of tokens"
+    )
+    assert fig.axes[0].child_axes == []
+    # no request reaches 97 % here: 1b says so instead of drawing an empty -0.04..0.04 axis
+    assert fig.axes[1].get_xlim() == (97, 100) and fig.axes[1].get_ylim() == (0, 1)
+    assert fig.axes[1].texts[0].get_text().startswith("no request reaches a 97% hit rate")
     curve_ax = fig.axes[8]
     assert curve_ax.get_xscale() == "log"
     swept = sweep(replay, sweep_capacities(1 * KV / GIB, 500 * KV / GIB, 12))
     (ax,) = sweep_figure(replay, swept).axes
     line, marks, _ = ax.get_lines()
     assert len(marks.get_xdata()) == 12
+    assert ax.get_legend() is None and len(ax.figure.legends) == 1  # outside the axes
     assert np.allclose(marks.get_ydata(), [p["hit_rate"] * 100 for p in swept["points"]])
     linear = sweep_figure(replay, swept, linear=True).axes[0]
     assert linear.get_xscale() == "linear"

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "tradeoff",
     "export_tree",
     "lifecycle",
+    "warm_up",
 )
 
 

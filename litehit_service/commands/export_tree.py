@@ -81,10 +81,12 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     add_trace_options(p)
 
 
-def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str]:
+def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str, float]:
     """Load the configuration and trace of ``args`` and replay them in analysis mode
-    (progress bar on a terminal): the configuration, the analysis and the output folder.
+    (progress bar on a terminal): the configuration, the analysis, the output folder and
+    the seconds spent loading (or compiling) the kernels.
     Raises as ``litehit optimize`` does (exit 2 for bad input)."""
+    from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
     from litehit_service.optimizer.analysis.replay import run_analysis
     from litehit_service.optimizer.optimize.config import load_optimize_config
@@ -97,9 +99,10 @@ def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Ana
         instance=args.instance,
         max_line_bytes=args.max_line_bytes,
     )
+    compile_s = load_kernels("policy-replay")
     with progress_bar(len(trace.records.kinds), "records", command) as advance:
         analysis = run_analysis(config, trace, progress=advance)
-    return config, analysis, args.output_dir or config.output_result_path
+    return config, analysis, args.output_dir or config.output_result_path, compile_s
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.optimizer.analysis.tree_plot import hot_paths_figure, tree_figure
 
     start = time.perf_counter()
-    _, analysis, out_dir = analyse(args, "export-tree")
+    _, analysis, out_dir, compile_s = analyse(args, "export-tree")
     trees = build_trees(analysis, with_keys=args.keys)
     texts = []
     figures = []
@@ -141,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
             f"{len(trees)} instances",
             time.perf_counter() - start,
             os.path.join(out_dir, TREE_DIR),
+            compile_s,
         ),
         file=sys.stderr,
     )

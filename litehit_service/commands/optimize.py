@@ -112,6 +112,7 @@ def _window_seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+    from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar, run_line
     from litehit_service.offline.pool import default_workers
     from litehit_service.optimizer.optimize.config import load_optimize_config
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         instance=args.instance,
         max_line_bytes=args.max_line_bytes,
     )
+    compile_s = load_kernels("policy-replay")  # before any fork: the workers inherit them
     with progress_bar(len(trace.records.kinds), "records", "optimize") as advance:
         result = run_parallel(
             config,
@@ -176,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             f"{len(result.instances)} instances",
             time.perf_counter() - start,
             out_dir,
+            compile_s,
         ),
         file=sys.stderr,
     )

@@ -192,12 +192,15 @@ def build_figure(
                     va="bottom",
                 )
                 continue
-            # right of the point and below 90% of the max, where the curve is not
-            x_text = x * 1.3 if not linear else x + 0.02 * x_max
+            # one column right of the last point and below 90% of the max, where the curve
+            # is not; the higher the point, the higher its label, so no leader line
+            # crosses another or a label
+            last = marks[-1].capacity * k
+            x_text = last * 1.3 if not linear else last + 0.02 * x_max
             ax.annotate(
                 f"{m.percent}% of max: {_short(m.capacity, k, block_bytes_unknown)}",
                 xy=(x, m.hit_rate),
-                xytext=(x_text, inf_rate * (0.78 - 0.08 * j)),
+                xytext=(x_text, inf_rate * (0.62 + 0.08 * j)),
                 textcoords="data",
                 fontsize=8,
                 color=color,

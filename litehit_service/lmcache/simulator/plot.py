@@ -66,23 +66,26 @@ def report_figure(replay: Replay, data: dict[str, Any]) -> Figure:
     ax.hist(nonzero, bins=50, **_HIST)
     ax.set(xlabel="Token hit rate (%) — zero-hit requests excluded",
            ylabel="Number of requests", title="1. Per-request token hit rate")  # fmt: skip
-    for box, (values, name) in zip(
-        ([0.01, 0.52, 0.24, 0.42], [0.27, 0.52, 0.24, 0.42]),
-        (([nonzero.shape[0], rates.shape[0] - nonzero.shape[0]], "requests"),
-         ([a["hit_tokens"], a["miss_tokens"]], "tokens")),
-        strict=True,
-    ):  # fmt: skip
-        pie = ax.inset_axes(box)
-        pie.pie(values, labels=["hit", "miss"], autopct="%1.0f%%", startangle=90,
-                textprops={"fontsize": 6}, colors=["#4C72B0", "#DD8452"])  # fmt: skip
-        pie.set_title(name, fontsize=7, pad=2)
+    share = a["hit_tokens"] / max(a["hit_tokens"] + a["miss_tokens"], 1)
+    ax.text(0.98, 0.96,
+            f"hit at all: {nonzero.shape[0] / max(rates.shape[0], 1):.0%} of requests\n"
+            f"hit tokens: {share:.0%} of tokens",
+            transform=ax.transAxes, ha="right", va="top", fontsize=10,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9})  # fmt: skip
     ax = axes[0, 1]
-    ax.hist(nonzero[nonzero >= 97], bins=20, range=(97, 100), **_HIST)
+    high = nonzero[nonzero >= 97]
+    if high.shape[0]:
+        ax.hist(high, bins=20, range=(97, 100), **_HIST)
+        ax.text(0.03, 0.95, f"100% hit: {int((rates == 100).sum()):,} requests",
+                transform=ax.transAxes, va="top", fontsize=9)  # fmt: skip
+    else:  # an empty histogram would draw a meaningless -0.04..0.04 axis
+        ax.set_ylim(0, 1)
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, f"no request reaches a 97% hit rate\n(highest: {rates.max():.1f}%)",
+                transform=ax.transAxes, ha="center", va="center", fontsize=11)  # fmt: skip
     ax.set_xlim(97, 100)
     ax.set(xlabel="Token hit rate (%) — 97–100% zoom", ylabel="Number of requests",
            title="1b. Per-request token hit rate (97–100%)")  # fmt: skip
-    ax.text(0.03, 0.95, f"100% hit: {int((rates == 100).sum()):,} requests",
-            transform=ax.transAxes, va="top", fontsize=9)  # fmt: skip
     ax = axes[0, 2]
     ax.hist(prefix[prefix > 0], bins=50, **_HIST)
     ax.set(xlabel="Hit prefix length (chunks) — zero-hit requests excluded",
@@ -148,8 +151,13 @@ def _draw_curve(ax: Any, replay: Replay, marked_chunks: int) -> None:
     if marked_chunks > 0:
         rate = curve.hit_rate_at(marked_chunks) * 100
         ax.plot([marked_chunks * kv / GIB], [rate], marker="o", color="C3")
+        # the label goes where the rising curve is not: above-left of the point when it
+        # sits in the right half (a label right of it would be cut at the edge), else
+        # below-right
+        right_half = marked_chunks * marked_chunks > top * max(curve.first_hit, 1)
         ax.annotate(f"{marked_chunks * kv / GIB:.3g} GiB: {rate:.2f}%",
-                    (marked_chunks * kv / GIB, rate), xytext=(6, -12),
+                    (marked_chunks * kv / GIB, rate), xytext=(-8, 8) if right_half else (8, -8),
+                    ha="right" if right_half else "left", va="bottom" if right_half else "top",
                     textcoords="offset points", fontsize=9, color="C3")  # fmt: skip
     ax.set_xscale("log")
     ax.xaxis.set_minor_locator(NullLocator())  # decades only: fewer ticks to lay out
@@ -167,7 +175,7 @@ def sweep_figure(replay: Replay, data: dict[str, Any], linear: bool = False) -> 
     w = replay.workload
     kv = w.kv_bytes_per_chunk
     points = data["points"]
-    fig = Figure(figsize=(9, 5), dpi=100, layout="constrained")
+    fig = Figure(figsize=(9, 5.4), dpi=100, layout="constrained")
     with rc_context(_FIXED_TITLES):
         ax = fig.add_subplot()
     top_chunks = max(points[-1]["capacity_chunks"], 1)
@@ -199,7 +207,8 @@ def sweep_figure(replay: Replay, data: dict[str, Any], linear: bool = False) -> 
         f"{w.first_chunk_size} tokens, {w.requests:,} requests, model = {model}, "
         f"{'linear' if linear else 'log'} scale)"
     )
-    ax.legend(loc="lower right", fontsize=9)
+    # below the axes: inside, any corner covers points of some curve (the last ones rise)
+    fig.legend(loc="outside lower center", ncols=3, fontsize=9, frameon=False)
     return fig
 
 

@@ -4,7 +4,8 @@ All files of a run are published together or not at all
 (:func:`~litehit_service.offline.outputs.publish_files`): ``{instance_id}_hit_rates.csv``
 per instance in the output folder and, with a chart, ``timeseries/
 multi_instance_cache_analysis.png`` -- top: cumulative hit rate per instance over time;
-bottom: each read's hit rate (dots) with a trailing-window mean (line); cached blocks per
+bottom: each read's hit rate (dots) with the token-weighted rate of the last
+:data:`WINDOW` reads (line); cached blocks per
 instance on a second axis; when some instance is tiered also
 ``timeseries/per_tier_timeseries.png`` -- top: each tier's cumulative hit rate (the share
 of input tokens it served), bottom: the blocks each tier holds. With an aggregate window
@@ -42,6 +43,7 @@ __all__ = [
     "csv_name",
     "summary_json",
     "summary_text",
+    "window_rate",
     "tier_figure",
     "timeseries_figure",
     "write_outputs",
@@ -52,7 +54,21 @@ CHART = os.path.join("timeseries", "multi_instance_cache_analysis.png")
 TIER_CHART = os.path.join("timeseries", "per_tier_timeseries.png")
 """The per-tier chart's path inside the output folder (tiered runs)."""
 WINDOW = 100
-"""Reads in the trailing mean of the chart's bottom panel."""
+"""Reads in the trailing window of the chart's bottom panel."""
+
+
+def window_rate(hit_tokens: np.ndarray, input_tokens: np.ndarray, window: int) -> np.ndarray:
+    """Per read, the hit rate of the last ``window`` reads up to it (fewer at the start):
+    their hit tokens over their input tokens, token-weighted as the cumulative rate is (a
+    mean of per-read rates would count a 16-token read as much as a 16k-token one). 0
+    where those reads have no input tokens. O(reads)."""
+    hits = np.cumsum(hit_tokens, dtype=np.float64)
+    inputs = np.cumsum(input_tokens, dtype=np.float64)
+    hits[window:] -= hits[:-window].copy()
+    inputs[window:] -= inputs[:-window].copy()
+    return np.divide(hits, inputs, out=np.zeros(len(hits)), where=inputs > 0)
+
+
 AGGREGATE_CSV = "aggregate_hit_rates.csv"
 """Every instance summed per window of trace time (``--aggregate-window-s``)."""
 AGGREGATE_CHART = "aggregate_hit_rates.png"
@@ -209,17 +225,18 @@ def timeseries_figure(result: OptimizeResult) -> Figure:
             hit_t, rows.input_tokens, out=np.zeros(len(hit_t)), where=rows.input_tokens > 0
         )
         bottom.scatter(seconds, per * 100, s=2, alpha=0.25, color=line.get_color())
-        window = min(WINDOW, len(per))
-        mean = np.convolve(per, np.ones(window) / window, mode="full")[: len(per)]
-        mean[: window - 1] = np.cumsum(per[: window - 1]) / np.arange(1, window)
-        bottom.plot(seconds, mean * 100, color=line.get_color(), label=r.instance_id)
+        bottom.plot(seconds, window_rate(hit_t, rows.input_tokens, WINDOW) * 100,
+                    color=line.get_color(), label=r.instance_id)  # fmt: skip
     top.set_ylabel("cumulative hit rate (%)")
     top.set_title("Cumulative hit rate per instance (dashed: cached blocks, right axis)")
     storage.set_ylabel("cached blocks")
     top.legend(loc="lower right", fontsize="small")
     bottom.set_ylabel("hit rate per read (%)")
     bottom.set_xlabel("time since the instance's first read (s)")
-    bottom.set_title(f"Hit rate per read (dots) and its mean over the last {WINDOW} reads")
+    bottom.set_title(
+        f"Hit rate per read (dots) and of the last {WINDOW} reads (line: hit tokens / input "
+        "tokens, as above)"
+    )
     for ax in (top, bottom):
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
