@@ -484,12 +484,14 @@ class KernelFamily:
     """One family of compiled (numba) kernels: ``module`` exposes ``warm_up() -> float``
     (compile or load every kernel of the family; seconds), ``what`` names it to users,
     ``compile_s`` is about how long compiling it takes once after an install on a 2-core
-    machine (``bench/bench_first_run.py`` measures it), ``used_by`` the commands that load it."""
+    machine (``bench/bench_first_run.py`` measures it), ``used_by`` the commands that load
+    it, ``sources`` the modules (or packages) whose compiled functions belong to it."""
 
     module: str
     what: str
     compile_s: float
     used_by: str
+    sources: tuple[str, ...]
 
 
 KERNEL_FAMILIES: Mapping[str, KernelFamily] = {
@@ -497,19 +499,29 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = {
         "litehit_core.compact_lite_hit",
         "full-attention engine",
         3.0,
-        "serve, replay and feed with the compact engine, simulate and sweep",
+        "serve and replay with the compact engine",
+        ("litehit_core.compact_lite_hit", "litehit_core.compact_kernels", "litehit_core.kernels"),
     ),
     "hybrid": KernelFamily(
-        "litehit_core.hybrid", "hybrid (linear/Mamba) engine", 3.0, "hybrid instances"
+        "litehit_core.hybrid",
+        "hybrid (linear/Mamba) and head-first engine",
+        3.0,
+        "hybrid instances, head-first replays, simulate and sweep with the compact engine",
+        ("litehit_core.hybrid", "litehit_core.hybrid_kernels", "litehit_core.block_lru"),
     ),
     "policy-replay": KernelFamily(
         "litehit_core.policy_replay",
         "policy-replay",
         11.0,
         "optimize, tradeoff, export-tree, lifecycle",
+        ("litehit_core.policy_replay",),
     ),
     "prefix-chain": KernelFamily(
-        "litehit_core.prefix_chain", "prefix-chain", 1.0, "convert (Qwen Bailian), prefix hashing"
+        "litehit_core.prefix_chain",
+        "prefix-chain",
+        1.0,
+        "convert (Qwen Bailian), prefix hashing",
+        ("litehit_core.prefix_chain",),
     ),
 }
 """Every family of compiled kernels, by name (``litehit warm-up`` compiles them all)."""

@@ -28,6 +28,7 @@ from typing import Any
 from litehit_core import InvalidRequestError, LocatedError
 from litehit_service.commands import COMMAND_MODULES, CommandFailed, UsageError, rpc_detail
 from litehit_service.commands.options import CommandParser
+from litehit_service.offline.kernels import watch_compiles
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -40,6 +41,10 @@ class Terminated(BaseException):
     """SIGTERM arrived while a command ran (a ``BaseException``, like KeyboardInterrupt, so
     no ``except Exception`` swallows it and every cleanup on the way out runs)."""
 
+
+QUIET_COMPILES = frozenset({"serve"})
+"""Commands that report their own kernel loading (``serve`` logs it, in its log format)
+instead of the compile notices of :func:`~litehit_service.offline.kernels.watch_compiles`."""
 
 _BAD_INPUT_KINDS = frozenset({"INVALID_ARGUMENT", "UNSUPPORTED", "INSTANCE_NOT_EXIST"})
 """Service error kinds that mean the caller's input was wrong (see litehit_service.errors)."""
@@ -135,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(command_module(argv[0]) if argv else None).parse_args(argv)
+    if args.command not in QUIET_COMPILES:
+        watch_compiles()  # a compile after an install is said on stderr as it starts
     try:
         with _sigterm_raises():
             return int(args.func(args) or EXIT_OK)

@@ -28,12 +28,12 @@ def all_text() -> str:
     return "\n\n".join(text_of(p) for p in PAGES)
 
 
-def section(title: str) -> str:
+def section(title: str, page: Path | None = None) -> str:
     """The section headed ``title`` (exactly, at any level below the page title), from its
-    heading line to the next heading of the same or a higher level; the one document
-    holding it is searched (AssertionError when none or several do)."""
+    heading line to the next heading of the same or a higher level, in ``page`` or in the
+    one document holding it (AssertionError when none or several do)."""
     found = []
-    for path in PAGES:
+    for path in PAGES if page is None else (page,):
         text = text_of(path)
         m = re.search(rf"^(#{{2,6}}) {re.escape(title)}\n", text, re.M)
         if m is None:

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from doc_pages import PAGES, all_text, section, text_of
 from google.protobuf import json_format
 
@@ -218,8 +219,6 @@ def test_live_curve_walkthrough_runs_from_a_fresh_folder(tmp_path, serve, moonca
     """The live-curve text's commands as written (``litehit feed`` first), against
     ``litehit serve`` on port 0, in a folder holding only the Mooncake conversation trace:
     each succeeds, and ``litehit curve --server`` prints the table the README shows."""
-    from conftest import run_cli
-
     text = section("Live curves: every capacity of a running instance")
     block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
@@ -313,8 +312,6 @@ def test_offline_walkthrough_prints_the_documented_hit_rates(tmp_path, mooncake)
     """The offline text's four commands as written, in a folder holding only the
     Mooncake conversation trace: each succeeds, and the lines the README shows are among
     what ``replay`` and ``curve`` print."""
-    from conftest import run_cli
-
     text = section("Offline: from a trace to an exact curve")
     block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
     (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
@@ -337,8 +334,6 @@ def test_offline_walkthrough_prints_the_documented_hit_rates(tmp_path, mooncake)
 
 def test_replay_config_errors_example(tmp_path):
     """The config section's bad config gives exactly the lines shown, all at once, exit 2."""
-    from conftest import run_cli
-
     section = README[README.index("`litehit replay` checks the whole config") :]
     (tmp_path / "bad.json").write_text(
         re.search(r"```json\n(.*?)```", section, re.S).group(1), encoding="utf-8"
@@ -353,8 +348,6 @@ def test_replay_config_errors_example(tmp_path):
 
 def test_convert_hint_example(tmp_path, mooncake):
     """The convert bullet's command on the Mooncake file says what the README says."""
-    from conftest import run_cli
-
     match = re.search(r"`(litehit convert --from standard [^`]*)` says\s+`([^`]*)`", README)
     argv = shlex.split(match.group(1))
     (tmp_path / "conversation_trace.jsonl").symlink_to(mooncake)
@@ -362,3 +355,47 @@ def test_convert_hint_example(tmp_path, mooncake):
     assert done.returncode == 2
     assert done.stderr.strip() == " ".join(match.group(2).split())
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def _blocks(text: str, language: str) -> list[str]:
+    return [b for lang, b in re.findall(r"```([\w-]*)\n(.*?)```", text, re.S) if lang == language]
+
+
+def test_the_readme_lmcache_example_runs_as_written_on_the_shipped_log():
+    """The LMCache example reads tests/data (it ships) and prints the lines shown."""
+    text = section("Coming from LMCache", PAGES[0])
+    (command,) = _blocks(text, "bash")
+    (shown,) = _blocks(text, "text")
+    done = run_cli(*shlex.split(command)[1:], cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert [line for line in shown.splitlines() if line not in printed] == []
+
+
+def test_the_readme_offline_example_is_the_docs_walkthrough():
+    """The README's four offline commands are the docs page's, which
+    test_offline_walkthrough_prints_the_documented_hit_rates runs."""
+    readme = _blocks(section("Offline: a trace to an exact curve"), "bash")[0]
+    docs = _blocks(section("Offline: from a trace to an exact curve"), "bash")[0]
+    assert readme == docs
+
+
+def test_the_readme_optimizer_example_prints_what_it_shows(tmp_path, mooncake):
+    """The README's optimizer example on the shipped docs/policy.json (its trace where
+    the example puts it: a copy of the configuration pointing at the shared trace) prints
+    the lines shown."""
+    import json
+
+    text = section("Coming from the KVCacheManager optimizer")
+    (commands,) = _blocks(text, "bash")
+    (shown,) = _blocks(text, "text")
+    argv = shlex.split(commands.splitlines()[1], comments=True)[1:]
+    assert argv[:2] == ["optimize", "-c"] and argv[2] == "docs/policy.json"
+    config = json.loads((ROOT / argv[2]).read_text())
+    assert config["trace_file_path"] == "../traces/conversation_trace.jsonl"
+    assert config["output_result_path"] == "../out/policy_results"  # where the comment says
+    config.update(trace_file_path=str(mooncake), output_result_path=str(tmp_path / "o"))
+    (tmp_path / "policy.json").write_text(json.dumps(config))
+    done = run_cli(*argv[:2], str(tmp_path / "policy.json"), *argv[3:])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == shown.splitlines()

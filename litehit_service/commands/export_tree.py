@@ -81,10 +81,9 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     add_trace_options(p)
 
 
-def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str, float]:
+def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str]:
     """Load the configuration and trace of ``args`` and replay them in analysis mode
-    (progress bar on a terminal): the configuration, the analysis, the output folder and
-    the seconds spent loading (or compiling) the kernels.
+    (progress bar on a terminal): the configuration, the analysis and the output folder.
     Raises as ``litehit optimize`` does (exit 2 for bad input)."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
@@ -99,10 +98,10 @@ def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Ana
         instance=args.instance,
         max_line_bytes=args.max_line_bytes,
     )
-    compile_s = load_kernels("policy-replay")
+    load_kernels("policy-replay")  # a compile is announced, and done before the bar
     with progress_bar(len(trace.records.kinds), "records", command) as advance:
         analysis = run_analysis(config, trace, progress=advance)
-    return config, analysis, args.output_dir or config.output_result_path, compile_s
+    return config, analysis, args.output_dir or config.output_result_path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.optimizer.analysis.tree_plot import hot_paths_figure, tree_figure
 
     start = time.perf_counter()
-    _, analysis, out_dir, compile_s = analyse(args, "export-tree")
+    _, analysis, out_dir = analyse(args, "export-tree")
     trees = build_trees(analysis, with_keys=args.keys)
     texts = []
     figures = []
@@ -144,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
             f"{len(trees)} instances",
             time.perf_counter() - start,
             os.path.join(out_dir, TREE_DIR),
-            compile_s,
         ),
         file=sys.stderr,
     )

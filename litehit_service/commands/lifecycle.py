@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.optimizer.analysis.lifecycle_plot import lifespan_figure
 
     start = time.perf_counter()
-    _, analysis, out_dir, compile_s = analyse(args, "lifecycle")
+    _, analysis, out_dir = analyse(args, "lifecycle")
     every = instance_lives(analysis)
     texts = []
     figures = []
@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
             f"{len(every)} instances",
             time.perf_counter() - start,
             os.path.join(out_dir, LIFECYCLE_DIR),
-            compile_s,
         ),
         file=sys.stderr,
     )

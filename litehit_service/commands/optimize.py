@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         instance=args.instance,
         max_line_bytes=args.max_line_bytes,
     )
-    compile_s = load_kernels("policy-replay")  # before any fork: the workers inherit them
+    load_kernels("policy-replay")  # before any fork: the workers inherit them
     with progress_bar(len(trace.records.kinds), "records", "optimize") as advance:
         result = run_parallel(
             config,
@@ -178,7 +178,6 @@ def run(args: argparse.Namespace) -> int:
             f"{len(result.instances)} instances",
             time.perf_counter() - start,
             out_dir,
-            compile_s,
         ),
         file=sys.stderr,
     )

@@ -167,11 +167,10 @@ def run(args: argparse.Namespace) -> int:
     title = args.plot_title or (
         f"Hit rate vs capacity ({args.hit_rate_type}): {os.path.basename(config.trace_file_path)}"
     )
-    compile_s = 0.0
     if args.skip_run:
         rows, result, files = _replot(args, out_dir, title)
     else:
-        rows, result, files, compile_s = _sweep(args, config, out_dir, title)
+        rows, result, files = _sweep(args, config, out_dir, title)
     extra = {"output_dir": out_dir, "hit_rate_type": args.hit_rate_type, "files": files}
     if args.json:
         from litehit_service.optimizer.tradeoff.report import summary_json
@@ -185,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     policies = len({r.policy for r in rows})
     print(
         run_line("tradeoff", points, "points", f"{policies} policies",
-                 time.perf_counter() - start, out_dir, compile_s),
+                 time.perf_counter() - start, out_dir),
         file=sys.stderr,
     )  # fmt: skip
     return 0
@@ -245,9 +244,8 @@ def _replot(args: argparse.Namespace, out_dir: str, title: str) -> tuple[list, N
 
 def _sweep(
     args: argparse.Namespace, config: Any, out_dir: str, title: str
-) -> tuple[list, Any, list[str], float]:
-    """Replay the sweep and write its files: the rows, the result, the files written and
-    the seconds spent loading (or compiling) the kernels."""
+) -> tuple[list, Any, list[str]]:
+    """Replay the sweep and write its files: the rows, the result and the files written."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
     from litehit_service.optimizer.optimize.trace import load_trace
@@ -290,7 +288,7 @@ def _sweep(
         executor=args.executor,
         ray_address=args.ray_address,
     )
-    compile_s = load_kernels("policy-replay")  # before any fork: the workers inherit them
+    load_kernels("policy-replay")  # before any fork: the workers inherit them
     total = len(variants) * (1 + args.num_points)
     with progress_bar(total, "points", "tradeoff") as advance:
         result = run_tradeoff(
@@ -311,4 +309,4 @@ def _sweep(
     files = write_files(out_dir, texts, figures)
     remove_stale(out_dir, [c.label for c in result.curves], files)
     _print_drops(drops, args.json)
-    return rows, result, files, compile_s
+    return rows, result, files

@@ -1,91 +1,199 @@
-"""Compiled kernels as the offline commands meet them: loaded from numba's disk cache in a
-fraction of a second, or compiled once after an install (several seconds), which a command
-says on stderr as it happens and keeps out of its speed.
+"""Compiled kernels as the commands meet them: loaded from numba's disk cache in a fraction
+of a second, or compiled once after an install (seconds), which a command says on stderr
+the moment the compile starts, and keeps out of its speed.
 
-- :func:`load_kernels`: load (or compile) one family of
-  :data:`~litehit_core.engine.KERNEL_FAMILIES` before a command's work; when that takes
-  longer than :data:`NOTICE_AFTER_S` (only a compile does: loading from the cache takes
-  ~0.1 s), a notice goes to stderr while it goes on, naming the family, about how long it
-  takes and ``litehit warm-up``; returns the seconds, which the command's run line reports
-  apart from its replay speed (:func:`~litehit_service.offline.outputs.run_line`).
+- :func:`watch_compiles`: from now on, the first time numba starts compiling a kernel
+  family (:data:`~litehit_core.engine.KERNEL_FAMILIES`) in this process (numba's
+  ``numba:compile`` event: only a cache miss compiles, a cache hit is a load and says
+  nothing), one notice goes to stderr naming the family, about how long it takes, and
+  ``litehit warm-up``; the run line then says how long the compiles took. It imports nothing: if
+  numba is not loaded yet, it waits for numba's import (a one-shot import hook) and
+  listens from then on, so a command that never needs numba never loads it.
+  :func:`compiled_seconds` is the time spent compiling so far, which a command's run line
+  names apart (:func:`~litehit_service.offline.outputs.run_line`).
+- :func:`load_kernels`: load (or compile) one family before a command's work (before its
+  progress bar, and before it forks workers, which then inherit the kernels).
 - :func:`warm_up_all`: every family, one line each (``litehit warm-up``).
 
-Cost: the family's ``warm_up`` (a tiny replay) plus one timer thread.
+Cost: nothing per kernel call; one event per compiled function while compiling.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
-__all__ = ["NOTICE_AFTER_S", "compile_notice", "load_kernels", "warm_up_all"]
+__all__ = [
+    "CompileWatch",
+    "compile_notice",
+    "compiled_seconds",
+    "family_of",
+    "load_kernels",
+    "warm_up_all",
+    "watch_compiles",
+]
 
-NOTICE_AFTER_S = 1.5
-"""Seconds of loading after which the notice is printed (a load from numba's cache takes
-~0.1 s; a compile takes seconds)."""
+
+class CompileWatch:
+    """What a compile listener has seen: ``seconds`` compiling (outermost compiles), the
+    families ``announced`` (a notice each, on ``stream``: stderr when None). The process has
+    one (:func:`watch_compiles`); :meth:`on_compile` takes numba's events. O(1) per event."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream: TextIO | None = stream
+        self.registered = False
+        self.depth = 0
+        self.started = 0.0
+        self.seconds = 0.0
+        self.announced: set[str] = set()
+        self.lock = threading.Lock()
+
+    def on_compile(self, event: Any) -> None:
+        """numba's ``numba:compile`` start/end events (nested: callees compile inside a
+        caller's compile). The first compile of a family announces it; every outermost
+        compile adds its time to :attr:`seconds`."""
+        with self.lock:
+            if event.is_start:
+                self.depth += 1
+                if self.depth == 1:
+                    self.started = time.perf_counter()
+                    dispatcher = event.data.get("dispatcher")
+                    module = getattr(getattr(dispatcher, "py_func", None), "__module__", "")
+                    family = family_of(module or "")
+                    if family not in self.announced:
+                        self.announced.add(family)
+                        self._say(compile_notice(family))
+            else:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.seconds += time.perf_counter() - self.started
+
+    def _say(self, line: str) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        print(line, file=stream, flush=True)
+
+    def listener(self) -> Any:
+        """A ``numba.core.event.Listener`` feeding :meth:`on_compile` (imports numba)."""
+        from numba.core import event
+
+        watch = self
+
+        class Listener(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                watch.on_compile(ev)
+
+            def on_end(self, ev: Any) -> None:
+                watch.on_compile(ev)
+
+        return Listener()
+
+
+_WATCH = CompileWatch()
+
+
+def _register() -> None:
+    """Listen to numba's compile events for good (numba is loaded)."""
+    from numba.core import event
+
+    event.register("numba:compile", _WATCH.listener())
+
+
+class _AfterNumbaImport(importlib.abc.MetaPathFinder):
+    """A one-shot import hook: numba's own loader, then :func:`_register`."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "numba":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        real = spec.loader
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return real.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                real.exec_module(module)
+                _register()
+
+        spec.loader = Loader()
+        return spec
+
+
+def watch_compiles(stream: TextIO | None = None) -> None:
+    """Announce every compile of this process on ``stream`` (stderr; module docstring).
+    Idempotent. O(1)."""
+    _WATCH.stream = stream
+    if _WATCH.registered:
+        return
+    _WATCH.registered = True
+    if "numba" in sys.modules:
+        _register()
+    else:
+        sys.meta_path.insert(0, _AfterNumbaImport())
+
+
+def compiled_seconds() -> float:
+    """Seconds this process has spent compiling kernels since :func:`watch_compiles`."""
+    return _WATCH.seconds
+
+
+def family_of(module: str) -> str:
+    """The kernel family (a key of :data:`~litehit_core.engine.KERNEL_FAMILIES`) whose
+    sources hold ``module``, or ``""`` for another module's kernel."""
+    from litehit_core.engine import KERNEL_FAMILIES
+
+    for name, family in KERNEL_FAMILIES.items():
+        if any(module == s or module.startswith(s + ".") for s in family.sources):
+            return name
+    return ""
+
+
+def _what(name: str) -> str:
+    """``"the policy-replay kernels"``; ``"kernels"`` for no known family."""
+    from litehit_core.engine import KERNEL_FAMILIES
+
+    return f"the {KERNEL_FAMILIES[name].what} kernels" if name else "kernels"
 
 
 def compile_notice(name: str) -> str:
-    """The stderr line while family ``name`` compiles."""
+    """The stderr line when family ``name`` (``""``: not known) starts compiling."""
     from litehit_core.engine import KERNEL_FAMILIES
 
-    family = KERNEL_FAMILIES[name]
+    about = f"about {KERNEL_FAMILIES[name].compile_s:.0f} s on 2 cores; " if name else ""
     return (
-        f"litehit: compiling the {family.what} kernels, once after an install (about "
-        f"{family.compile_s:.0f} s on 2 cores; later runs load them from numba's cache in "
-        "~0.1 s; 'litehit warm-up' compiles every kernel ahead)"
+        f"litehit: compiling {_what(name)}, once after an install ({about}later runs load "
+        "them from numba's cache in ~0.1 s; 'litehit warm-up' compiles every kernel ahead)"
     )
 
 
-def load_kernels(
-    name: str, *, after_s: float = NOTICE_AFTER_S, stream: TextIO | None = None
-) -> float:
-    """Load (or compile) the kernels of family ``name`` of
-    :data:`~litehit_core.engine.KERNEL_FAMILIES`; seconds it took. Past ``after_s`` the
-    notice (:func:`compile_notice`) is written to ``stream`` (stderr) at once, and when the
-    load ends ``litehit: ... kernels compiled in S s``."""
+def load_kernels(name: str) -> float:
+    """Load (or compile, announced by :func:`watch_compiles` when it watches) the kernels of
+    family ``name`` of :data:`~litehit_core.engine.KERNEL_FAMILIES`; seconds it took."""
     from litehit_core.engine import KERNEL_FAMILIES
 
-    out = sys.stderr if stream is None else stream
-    warm: Callable[[], float] = importlib.import_module(KERNEL_FAMILIES[name].module).warm_up
-    announced = threading.Event()
-
-    def announce() -> None:
-        announced.set()
-        print(compile_notice(name), file=out, flush=True)
-
-    timer = threading.Timer(after_s, announce)
-    timer.daemon = True
     start = time.perf_counter()
-    timer.start()
-    try:
-        warm()
-    finally:
-        timer.cancel()
-    seconds = time.perf_counter() - start
-    if announced.is_set():
-        what = KERNEL_FAMILIES[name].what
-        print(f"litehit: {what} kernels compiled in {seconds:.1f} s", file=out, flush=True)
-    return seconds
+    importlib.import_module(KERNEL_FAMILIES[name].module).warm_up()
+    return time.perf_counter() - start
 
 
 def warm_up_all(stream: TextIO | None = None) -> dict[str, float]:
     """Load (or compile) every family of :data:`~litehit_core.engine.KERNEL_FAMILIES`, one
-    stderr line each as it finishes; seconds per family. Idempotent: a second run loads
-    everything from numba's cache."""
+    line each on ``stream`` (stderr) as it finishes; seconds per family. Idempotent: a
+    second run loads everything from numba's cache."""
     from litehit_core.engine import KERNEL_FAMILIES
 
     out = sys.stderr if stream is None else stream
     taken = {}
     for name, family in KERNEL_FAMILIES.items():
         print(f"warm-up: {family.what} kernels ({family.used_by}) ...", file=out, flush=True)
-        warm = importlib.import_module(family.module).warm_up
-        start = time.perf_counter()
-        warm()
-        taken[name] = time.perf_counter() - start
+        taken[name] = load_kernels(name)
         print(f"warm-up: {family.what} kernels ready in {taken[name]:.1f} s", file=out, flush=True)
     return taken

@@ -175,29 +175,29 @@ def run_line(
     parts: str,
     elapsed_s: float,
     destination: str,
-    compile_s: float = 0.0,
+    compile_s: float | None = None,
 ) -> str:
     """The one summary line every offline command ends with, on stderr::
 
         query: 5 requests, 1 instances, 0.012 s, 416 requests/s -> out.jsonl
 
     ``parts`` is what comes between the count and the time (``"1 instances"``).
-    ``compile_s`` (of ``elapsed_s``: loading compiled kernels,
-    :func:`~litehit_service.offline.kernels.load_kernels`) is named apart when it is a
-    compile (>= :data:`COMPILE_SHOWN_S`) and left out of the rate::
+    ``compile_s`` (of ``elapsed_s``; default: what this process compiled,
+    :func:`~litehit_service.offline.kernels.compiled_seconds`) is named apart when there
+    was a compile and left out of the rate::
 
         optimize: 12031 reads, 1 instances, 12.1 s (11.3 s compiling kernels, once after an
         install), 15,040 reads/s -> out
 
     O(1).
     """
-    work_s = elapsed_s - compile_s if compile_s >= COMPILE_SHOWN_S else elapsed_s
+    if compile_s is None:
+        from litehit_service.offline.kernels import compiled_seconds
+
+        compile_s = compiled_seconds()
+    work_s = elapsed_s - compile_s
     rate = count / work_s if work_s > 0 else 0.0
     took = f"{elapsed_s:.3f} s"
-    if compile_s >= COMPILE_SHOWN_S:
+    if compile_s > 0:
         took += f" ({compile_s:.1f} s compiling kernels, once after an install)"
     return f"{command}: {count} {unit}, {parts}, {took}, {rate:,.0f} {unit}/s -> {destination}"
-
-
-COMPILE_SHOWN_S = 0.5
-"""Kernel loading this long or longer is a compile, named apart in :func:`run_line`."""
