@@ -39,12 +39,13 @@ RUN groupadd --system --gid 10001 litehit \
  && mkdir -p /data \
  && chown litehit:litehit /data
 COPY --from=builder /wheels/ /tmp/wheels/
-# Compile the numba kernels once, into the runtime user's cache, so a container neither
+# Compile every numba kernel once (litehit warm-up: every family of the registry's
+# KERNEL_FAMILIES), into the runtime user's cache, so a container neither
 # compiles at start nor needs a writable site-packages (this line from an empty cache:
 # 13.8 s, then 0.8 s cached; 2026-12-04, 2 cores, load 2.4: bench/README.md, issue 21).
 RUN pip install /tmp/wheels/*.whl \
  && rm -rf /tmp/wheels \
- && python -c "from litehit_core import compact_lite_hit, hybrid, policy_replay; hybrid.warm_up(); compact_lite_hit.warm_up(); policy_replay.warm_up()" \
+ && litehit warm-up \
  && chown -R litehit:litehit /home/litehit/.cache
 
 USER litehit
