@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_argv, lru_instance, write_replay_config
+from doc_pages import section
 from serve_process import serve_env
 from terminal import run_on_terminal
 
@@ -26,7 +27,9 @@ from litehit_service.traces.logs import CONVERTERS
 from litehit_service.traces.readers import READERS, read_standard
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = json.loads((ROOT / "tests/data/prefix_hash.json").read_text())
+DATA = ROOT / "tests" / "data"
+"""The samples the clone ships (the docs' examples read them)."""
+GOLDEN = json.loads((DATA / "prefix_hash.json").read_text())
 """The prefix-hash golden vectors (the project's copy of ``shared/golden/prefix_hash.json``,
 so a bare clone tests without ``../shared``; ``test_prefix_hash`` checks the copy)."""
 
@@ -96,33 +99,21 @@ def test_every_converter_option_is_a_convert_flag() -> None:
 
 
 def test_every_event_kind_and_pairing_case(tmp_path: Path, capsys) -> None:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    write(logs / "pub1.log", [
-        get("a", 1000, [1, 2], id="g1", query_type="prefix_match", block_mask=[], tokens=[7]),
-        start("a", 1100, "s1", [1, 2, 3]),
-        get("b", 1200, [5], block_mask=1),  # no id, no query_type
-        finish("a", 1500, "s1"),  # -> the write of [1, 2, 3] at 1500
-        finish("a", 1600, "nope"),  # no start: skipped
-        get("a", 1700, [1], query_type="batch_get"),  # not a prefix read: skipped
-        start("a", 1800, "s2", [1, 2, 3, 4]),  # never finished: lands at 1800 + 100 ms
-        ev("RemoveCache", "a", 1900),
-        get("a", 1950, []),  # no keys: skipped
-        "",
-    ])  # fmt: skip
-    write(tmp_path / "pub2.log", [
-        get("a", 1200, [1, 2, 3, 4], id="g2", block_mask=[True, False, False, False]),
-        get("c", 1150, [9]),  # out of order within the window; source c dropped by the map
-        start("b", 1300, "s1", [5, 6]),  # same session id, another source
-        finish("b", 200000, "s1"),
-        get("a", 150000, [1, 2, 3, 4, 5], id="g3"),  # 50 ms out of order: within the window
-        json.dumps({"type": "Heartbeat"}),
-    ])  # fmt: skip
-    imap = tmp_path / "map.json"
-    imap.write_text(json.dumps({"b": {"instance_id": "bee", "block_size": 32}, "c": None}))
+    """The shipped sample (tests/data/publisher_log/: every event kind and pairing case,
+    two files, a line out of order within the window, an instance map renaming b and
+    dropping c) converts to exactly these records and this summary, which the offline
+    docs page shows."""
+    # pub1.log: g1 (prefix_match, tokens ignored); s1 started; b's get (no id, no
+    # query_type); s1 finished -> the write of [1, 2, 3] at 1500; a finish without a start
+    # (skipped); a batch_get (not a prefix read: skipped); s2 never finished (lands at
+    # 1800 + 100 ms); RemoveCache; a get without keys (skipped). pub2.log: g2 with a mask; c's
+    # get out of order within the window (c dropped by the map); b's session s1 (the same
+    # id, another source); g3 50 ms out of order; a Heartbeat.
+    logs = DATA / "publisher_log"
+    imap = DATA / "publisher_log_map.json"
     out = tmp_path / "trace.jsonl"
-    args = ["convert", "--from", "publisher-log", str(logs), str(tmp_path / "pub2.log"),
-            "-o", str(out), "--block-size", "16", "--instance-map", str(imap)]  # fmt: skip
+    args = ["convert", "--from", "publisher-log", str(logs), "-o", str(out), "--block-size",
+            "16", "--instance-map", str(imap)]  # fmt: skip
     assert main(args) == 0
     assert converted(out) == [
         std("get", "a", "g1", 1_000_000, [1, 2], 32),
@@ -145,6 +136,8 @@ def test_every_event_kind_and_pairing_case(tmp_path: Path, capsys) -> None:
         "publisher-log: skipped other event types: 1 Heartbeat, 1 RemoveCache",
         "publisher-log: 2 instances: a (5), bee (2)",
     ]
+    shown = section("Real logs: KVCacheManager publisher logs and Qwen Bailian traces")
+    assert "\n".join(err[:-1]) in shown  # the docs show this sample's summary
     assert err[-1].startswith("convert: 7 events, 2 instances, ")
     assert list(read_standard(out))[2].block_mask == (True, False, False, False)
 
@@ -228,12 +221,10 @@ def bailian(ts, input_length, hash_ids, chat_id=7, **fields) -> str:
     return json.dumps(line)
 
 
-BAILIAN = [
-    bailian(0.0, 48, [1, 2, 3], chat_id=1, parent_chat_id=-1, turn=1),
-    bailian(1.5, 50, [1, 2, 3, 4], chat_id=2, parent_chat_id=1, turn=2),  # partial id dropped
-    bailian(2.25, 40, [1, 2, 9], chat_id=3, parent_chat_id=-1, turn=1),
-    bailian(3, 70, [1, 2, 3, 4, 5], chat_id=4),
-]
+BAILIAN = (DATA / "qwen_bailian_small.jsonl").read_text(encoding="utf-8").splitlines()
+"""The shipped Bailian sample: chats 1 and 3 start at 0 s and 2.25 s (turn 1), chat 2
+follows chat 1 at 1.5 s (its 50 tokens: 3 complete 16-token blocks, the partial 4th id
+dropped), chat 4 at 3 s; :func:`bailian` made them."""
 
 
 def test_bailian_keys_are_the_golden_prefix_chains(tmp_path: Path, capsys) -> None:
