@@ -16,6 +16,7 @@ import argparse
 import re
 
 import pytest
+from conftest import write_replay_config
 from doc_pages import PAGES, all_text, text_of
 
 from litehit_service.cli import build_parser, main
@@ -212,20 +213,10 @@ def test_a_command_taking_a_configuration_takes_it_either_way(tmp_path, capsys) 
 def test_replay_writes_into_output_dir(tmp_path, capsys) -> None:
     """replay -o DIR writes the ledger into DIR instead of output_result_path (the option
     every configuration command has)."""
-    import json
-
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"type": "get", "instance_id": "i", "timestamp_ns": 1, "keys": [1, 2], '
                      '"input_len": 8}\n')  # fmt: skip
-    config = tmp_path / "c.json"
-    config.write_text(json.dumps({
-        "trace_file_path": str(trace), "output_result_path": str(tmp_path / "configured"),
-        "block_size": 4,
-        "instance_groups": [{"name": "g", "capacity_gb": [1]}],
-        "instances": [{"instance_id": "i", "instance_group": "g", "block_size": 4,
-                       "location_spec_infos": [{"name": "kv", "size": 1024}],
-                       "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}]}],
-    }))  # fmt: skip
+    config = write_replay_config(tmp_path / "c.json", trace, output=tmp_path / "configured")
     assert main(["replay", "-c", str(config), "-o", str(tmp_path / "chosen"), "--quiet"]) == 0
     assert (tmp_path / "chosen" / "litehit_facts.csv").read_text().count("\n") == 2
     assert not (tmp_path / "configured").exists()

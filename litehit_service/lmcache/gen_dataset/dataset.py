@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from litehit_core import InvalidRequestError, LocatedError
+from litehit_core import InvalidRequestError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.lmcache.gen_dataset.events import (
     EventParser,
@@ -180,12 +180,7 @@ def gen_dataset(
     _check_options(paths, output_len, max_samples, block_size, max_line_bytes)
     if os.path.isdir(out):
         raise GenDatasetError(f"-o/--output {out} is a directory")
-    try:
-        reader = reader_of_inputs(paths, fmt, max_line_bytes=max_line_bytes)
-    except LocatedError:
-        raise
-    except ValueError as exc:
-        raise GenDatasetError(str(exc)) from None
+    reader = reader_of_inputs(paths, fmt, max_line_bytes=max_line_bytes)
     parse = _parser(reader, model, block_size)
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else tokenizer
     files = [f for path in paths for f in input_files(reader, path)]

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from litehit_core import LocatedError
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import GIB, InstanceCurve, log_spaced
 from litehit_core.engine import staircase_batch_engine
@@ -128,12 +127,7 @@ def load_workload(
         raise SimulateError(f"--trace-format must be one of {list(FORMATS)}, got {fmt!r}")
     if kv_bytes_per_chunk is not None and kv_bytes_per_chunk <= 0:
         raise SimulateError(f"--kv-bytes-per-chunk must be > 0, got {kv_bytes_per_chunk}")
-    try:
-        reader = reader_of_inputs(paths, fmt, max_line_bytes=max_line_bytes)
-    except LocatedError:
-        raise
-    except ValueError as exc:
-        raise SimulateError(str(exc)) from None
+    reader = reader_of_inputs(paths, fmt, max_line_bytes=max_line_bytes)
     fmt = reader.name
     if reader.sizes_in_trace and block_size is not None:
         raise SimulateError("--block-size is not for LMCache logs: chunk_size is in the logs")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
-from litehit_core import LocatedError
+from litehit_core import InvalidRequestError, LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.traces.readers.jsonl import (
     decode_object,
@@ -155,16 +155,18 @@ def reader_of_inputs(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> TraceReader:
     """The reader of format ``fmt`` or, when it is None, the one every input is detected
-    as (:func:`detect_format`: each input's first line). ValueError naming the value for an
-    unknown ``fmt``, and naming each input's format when they differ; LocatedError when one
-    cannot be told. O(first line of each input)."""
+    as (:func:`detect_format`: each input's first line). InvalidRequestError (a usage
+    error) naming the value for an unknown ``fmt``, and naming each input's format when
+    they differ; LocatedError when one cannot be told. O(first line of each input)."""
     if fmt is not None:
         try:
             return get_reader(fmt)
         except ValueError as exc:
-            raise ValueError(f"--trace-format: {exc}") from None
+            raise InvalidRequestError(f"--trace-format: {exc}") from None
     found = [(os.fspath(p), detect_format(p, max_line_bytes=max_line_bytes)) for p in inputs]
     if len({reader.name for _, reader in found}) > 1:
         listed = ", ".join(f"{path} ({reader.name})" for path, reader in found)
-        raise ValueError(f"the inputs are of different formats: {listed}; give --trace-format")
+        raise InvalidRequestError(
+            f"the inputs are of different formats: {listed}; give --trace-format"
+        )
     return found[0][1]
