@@ -64,6 +64,7 @@ from litehit_service.model import InstanceSummary
 from litehit_service.offline.outputs import run_line
 from litehit_service.policy import QueryPolicy
 from litehit_service.traces.readers import get_reader
+from litehit_service.traces.readers.compressed import plain_size
 
 __all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
 
@@ -313,12 +314,7 @@ def _progress_bar(path: str, whole_input: bool, enabled: bool) -> Any:
         return None
     from tqdm import tqdm
 
-    total = None
-    if not whole_input:
-        try:
-            total = os.path.getsize(path)
-        except OSError:
-            total = None
+    total = None if whole_input else plain_size(path)  # None: compressed, size unknown
     return tqdm(
         total=total,
         unit="B" if not whole_input else "req",

@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from litehit_core import LocatedError
-from litehit_service.offline.outputs import byte_progress, file_size
+from litehit_service.offline.outputs import byte_progress
 from litehit_service.traces.convert.writer import merge_late, write_events
 from litehit_service.traces.logs import Converter
 from litehit_service.traces.logs.ordering import expand_inputs
+from litehit_service.traces.readers.compressed import plain_size
 
 __all__ = ["convert_logs"]
 
@@ -48,7 +49,8 @@ def convert_logs(
     if "instance_id" in converter.options and instance_id is not None:
         kwargs["instance_id"] = instance_id
     source = files[0] if len(files) == 1 else "the merged input"
-    total = sum(file_size(path) or 0 for path in files)
+    sizes = [plain_size(path) for path in files]
+    total = None if None in sizes else sum(sizes)  # type: ignore[arg-type]  # None: compressed
     with byte_progress(total, "convert") as advance:
         conversion = converter.open(files, max_line_bytes=max_line_bytes, advance=advance,
                                     **kwargs)  # fmt: skip

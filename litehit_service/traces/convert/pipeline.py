@@ -30,7 +30,6 @@ from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.offline.outputs import (
     atomic_outputs,
     byte_progress,
-    file_size,
     progress,
     run_line,
     tmp_path,
@@ -48,6 +47,7 @@ from litehit_service.traces.readers import (
     parse_lines,
     trace_lines,
 )
+from litehit_service.traces.readers.compressed import plain_size
 from litehit_service.traces.readers.mooncake import DEFAULT_BLOCK_SIZE as MOONCAKE_BLOCK_SIZE
 from litehit_service.traces.readers.standard import DEFAULT_BLOCK_SIZE as STANDARD_BLOCK_SIZE
 from litehit_service.traces.readers.standard import READER as OUTPUT_READER
@@ -242,7 +242,7 @@ def _convert(
                 progress(events, "ev", total), out, time_offset_ns, input_path
             )
         else:  # a bar of the input's bytes
-            with byte_progress(file_size(input_path), "convert") as advance:
+            with byte_progress(plain_size(input_path), "convert") as advance:
                 lines = trace_events(
                     fmt, input_path, block_size, instance_id or "default", max_line_bytes, advance
                 )

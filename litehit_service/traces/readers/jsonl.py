@@ -26,6 +26,7 @@ import orjson
 
 from litehit_core import LocatedError
 from litehit_core.lines import read_lines
+from litehit_service.traces.readers.compressed import open_bytes
 from litehit_service.traces.readers.records import INT64_MAX, INT64_MIN, LineParser, TraceEvent
 
 __all__ = [
@@ -76,12 +77,10 @@ def show(value: Any, limit: int = 80) -> str:
 
 
 def open_trace(path: str) -> BinaryIO:
-    """Open a trace file for reading bytes; a file that cannot be opened is a LocatedError at
-    line 0. Its lines come from :func:`trace_lines`."""
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise LocatedError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
+    """Open a trace file for reading bytes, decompressing gzip and zstd on the fly
+    (:func:`~litehit_service.traces.readers.compressed.open_bytes`); a file that cannot be
+    opened is a LocatedError at line 0. Its lines come from :func:`trace_lines`."""
+    return open_bytes(path)
 
 
 def trace_lines(fh: BinaryIO, path: str, max_line_bytes: int) -> Iterator[list[bytes]]:
