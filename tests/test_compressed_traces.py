@@ -14,7 +14,7 @@ import zstandard
 from conftest import write_replay_config
 
 from litehit_service.cli import main
-from litehit_service.traces.readers.compressed import compression_of, plain_size
+from litehit_service.traces.readers.compressed import container_of, plain_size
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -50,7 +50,7 @@ def compressed_copies(plain: Path) -> dict[str, Path]:
 
 def test_compression_is_told_by_the_first_bytes(tmp_path: Path) -> None:
     copies = compressed_copies(standard_trace(tmp_path / "t.jsonl"))
-    assert {k: compression_of(p) for k, p in copies.items()} == {
+    assert {k: container_of(p) for k, p in copies.items()} == {
         "plain": None, "gzip": "gzip", "zstd": "zstd",
     }  # fmt: skip
     assert plain_size(copies["plain"]) == copies["plain"].stat().st_size
@@ -144,6 +144,6 @@ def test_gen_dataset_refuses_a_compressed_input_saying_why(tmp_path: Path, capsy
                  "-o", str(tmp_path / "d.jsonl")])  # fmt: skip
     assert code == 2
     assert capsys.readouterr().err == (
-        f"{log}:0: gzip-compressed: gen-dataset reads its inputs twice (an index, then each "
-        "line again in time order); decompress it first\n"
+        f"{log}:0: a gzip file: gen-dataset reads its inputs twice (an index, then each line "
+        "again in time order); give it plain JSONL\n"
     )

@@ -199,12 +199,12 @@ def test_convert_lmcache_directory_with_config(
         ["convert", "--from", "lmcache", str(logs), "-o", str(out), "--emit-config", str(cfg)]
     )
     assert code == 0
-    assert out.read_text(encoding="utf-8") == (
-        '{"type":"request","instance_id":"llama","trace_id":"r1","timestamp_ns":10501000000,'
+    assert out.read_text(encoding="utf-8") == (  # LMCache's clock: kept as it is
+        '{"type":"request","instance_id":"llama","trace_id":"r1","timestamp_ns":10500000000,'
         '"keys":[10,-1],"input_len":9}\n'
-        '{"type":"request","instance_id":"llama","trace_id":"r2","timestamp_ns":11251000000,'
+        '{"type":"request","instance_id":"llama","trace_id":"r2","timestamp_ns":11250000000,'
         '"keys":[],"input_len":3}\n'
-        '{"type":"request","instance_id":"qwen","trace_id":"r3","timestamp_ns":12001000000,'
+        '{"type":"request","instance_id":"qwen","trace_id":"r3","timestamp_ns":12000000000,'
         '"keys":[1],"input_len":4}\n'
     )
     config = json.loads(cfg.read_text(encoding="utf-8"))
@@ -285,12 +285,11 @@ def test_convert_standard_round_trip_and_offset(tmp_path: Path) -> None:
     ]
     src = write_lines(tmp_path / "std.jsonl", lines)
     same, shifted = tmp_path / "same.jsonl", tmp_path / "shifted.jsonl"
-    assert (
-        main(["convert", "--from", "standard", str(src), "-o", str(same), "--time-offset-ns", "0"])
-        == 0
-    )
+    # a standard trace's values stay as they are (only a clock starting at 0 is shifted)
+    assert main(["convert", "--from", "standard", str(src), "-o", str(same)]) == 0
     assert same.read_bytes() == src.read_bytes()
-    assert main(["convert", "--from", "standard", str(src), "-o", str(shifted)]) == 0
+    args = ["convert", "--from", "standard", str(src), "-o", str(shifted)]
+    assert main([*args, "--time-offset-ns", "1000000"]) == 0
     assert shifted.read_text(encoding="utf-8").splitlines() == [
         line.replace('"timestamp_ns":5,', '"timestamp_ns":1000005,').replace(
             '"timestamp_ns":7,', '"timestamp_ns":1000007,'

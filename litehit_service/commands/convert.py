@@ -4,11 +4,10 @@ event-publisher log or Qwen Bailian usage traces into standard trace JSONL.
 The output has one compact JSON object per event, keys in the order ``type, instance_id,
 trace_id, timestamp_ns, keys, input_len`` (see
 :func:`litehit_service.traces.readers.standard.format_standard_event`).
-Every timestamp is shifted by ``--time-offset-ns`` (default 1,000,000 ns = 1 ms; 0 for a
-publisher log, whose times are epoch microseconds) because the standard format needs
-``timestamp_ns > 0`` while Mooncake and Bailian traces start at 0; pass
-``--time-offset-ns 0`` to keep timestamps unchanged. Output timestamps must not go
-backwards (a replay would reject the file). The log converters
+Every timestamp is shifted by ``--time-offset-ns``: by default 1,000,000 ns = 1 ms for
+Mooncake and Bailian traces, whose clock starts at 0 (the standard format needs
+``timestamp_ns > 0``), and 0 for every other source, whose values stay as they are.
+Output timestamps must not go backwards (a replay would reject the file). The log converters
 (:mod:`litehit_service.traces.logs`) take several inputs, merged in time order, and
 print what they read, wrote and skipped before the summary.
 
@@ -41,6 +40,7 @@ from litehit_service.traces.convert.pipeline import (
     FORMATS,
     get_source,
 )
+from litehit_service.traces.convert.writer import OUTPUT_CONTAINERS
 from litehit_service.traces.logs import Converter
 from litehit_service.traces.logs.bailian import BLOCK_TOKENS as BAILIAN_BLOCK_TOKENS
 from litehit_service.traces.logs.bailian import EMIT_MODES
@@ -79,7 +79,18 @@ def register(subparsers: Any) -> None:
             "directories, merged in time order"
         ),
     )
-    add_output_file(required_options(p), "the standard trace JSONL to write", required=True)
+    add_output_file(
+        required_options(p),
+        "the standard trace to write: JSONL, gzip'd or zstd'd JSONL (.gz, .zst) or Parquet "
+        "(.parquet), as its extension (or --to) says",
+        required=True,
+    )
+    p.add_argument(
+        "--to",
+        choices=OUTPUT_CONTAINERS,
+        default=None,
+        help="the output's container (default: its extension's; anything else: jsonl)",
+    )
     p.add_argument(
         "--block-size",
         type=_positive_int,
@@ -140,9 +151,9 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help=(
-            f"added to every timestamp (default {DEFAULT_TIME_OFFSET_NS} ns = 1 ms, so a "
-            "trace starting at 0 (Mooncake, Qwen Bailian) becomes a valid timestamp_ns > 0; "
-            "publisher-log: 0; 0 keeps timestamps unchanged)"
+            f"added to every timestamp (default: {DEFAULT_TIME_OFFSET_NS} ns = 1 ms for "
+            "mooncake and qwen-bailian, whose clock starts at 0, so that timestamp_ns > 0; 0 "
+            "for the others, whose values stay as they are)"
         ),
     )
     p.add_argument(
@@ -286,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
         time_offset_ns=args.time_offset_ns,
         emit_config=args.emit_config,
         max_line_bytes=args.max_line_bytes,
+        to=args.to,
         **converter_options,
     )
     for line in summary.details:

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from litehit_core import LocatedError
-from litehit_service.traces.readers.compressed import compression_of
+from litehit_service.traces.readers.compressed import container_of
 from litehit_service.traces.readers.jsonl import (
     MISSING,
     bad_field,
@@ -412,13 +412,13 @@ def index_requests(
     per kept line (its key and place), however long the lines."""
     index = RequestIndex(parse)
     for path in paths:
-        compression = compression_of(path) if os.path.isfile(path) else None
-        if compression is not None:  # the lines are read again by offset: a seekable file
+        container = container_of(path) if os.path.isfile(path) else None
+        if container is not None:  # the lines are read again by offset: a seekable file
             raise LocatedError(
                 path,
                 0,
-                f"{compression}-compressed: gen-dataset reads its inputs twice (an "
-                "index, then each line again in time order); decompress it first",
+                f"a {container} file: gen-dataset reads its inputs twice (an index, then "
+                "each line again in time order); give it plain JSONL",
             )
         with open_trace(path) as fh:
             index.add_file(path, fh, max_line_bytes, advance)

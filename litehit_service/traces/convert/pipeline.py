@@ -35,7 +35,7 @@ from litehit_service.offline.outputs import (
     tmp_path,
 )
 from litehit_service.traces.convert.logs import convert_logs
-from litehit_service.traces.convert.writer import write_events
+from litehit_service.traces.convert.writer import output_container, transcode, write_events
 from litehit_service.traces.logs import CONVERTERS, Converter
 from litehit_service.traces.readers import (
     READERS,
@@ -116,25 +116,27 @@ def convert_trace(
     time_offset_ns: int | None = None,
     emit_config: str | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    to: str | None = None,
     **converter_options: Any,
 ) -> ConvertSummary:
     """Convert ``inputs`` (``source_format``: a trace reader's or a log converter's name;
     a reader takes one input, a converter several files or directories) into a standard
     trace at ``output`` and, with ``emit_config``, a starter replay config; both published
-    atomically. ``time_offset_ns`` defaults to the source's (1 ms for traces starting at 0,
-    0 for the publisher log's epoch times); ``converter_options`` go to the converter
-    (``instance_map``, ``emit``, ``reorder_window_ms``). Raises LocatedError naming the
-    input line (also for a line longer than ``max_line_bytes`` bytes). O(input size)."""
+    atomically. ``time_offset_ns`` defaults to the source's (1 ms for traces whose clock
+    starts at 0, Mooncake and Qwen Bailian; 0 for the others, whose values stay as they
+    are); ``converter_options`` go to the converter
+    (``instance_map``, ``emit``, ``reorder_window_ms``). The output's container (JSONL,
+    gzip'd or zstd'd JSONL, Parquet) is ``to`` or its extension's
+    (:func:`~litehit_service.traces.convert.writer.output_container`). Raises LocatedError
+    naming the input line (also for a line longer than ``max_line_bytes`` bytes).
+    O(input size)."""
     started = time.perf_counter()
     source = get_source(source_format)
     paths = [inputs] if isinstance(inputs, str) else list(inputs)
     if not isinstance(source, Converter) and len(paths) != 1:
         raise ValueError(f"--from {source_format} takes one input, got {len(paths)}")
     if time_offset_ns is None:
-        time_offset_ns = (
-            source.default_time_offset_ns if isinstance(source, Converter)
-            else DEFAULT_TIME_OFFSET_NS
-        )  # fmt: skip
+        time_offset_ns = source.default_time_offset_ns
     published = [output] + ([emit_config] if emit_config else [])
     tmp_paths = [tmp_path(path) for path in published]
     details: list[str] = []
@@ -161,6 +163,14 @@ def convert_trace(
                     source_format, paths[0], output, block_size, instance_id, model,
                     kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
                 )  # fmt: skip
+            container = output_container(output, to)
+            if container != "jsonl":  # written as JSONL first; now into its container
+                plain = tmp_paths[0] + ".jsonl"
+                os.replace(tmp_paths[0], plain)
+                try:
+                    transcode(plain, tmp_paths[0], container)
+                finally:
+                    os.remove(plain)
     except LocatedError as exc:
         hinted = with_format_hint(exc, source_format, max_line_bytes)
         if hinted is exc:

@@ -3,7 +3,9 @@
 :func:`write_events` writes records as standard JSONL shifted by a time offset and checks
 every timestamp (in int64, never backwards); :func:`merge_late` merges records only the end
 of a log could decide (a converter's :meth:`~litehit_service.traces.logs.Conversion.late`)
-into a written file, in time order. O(total keys).
+into a written file, in time order. O(total keys). :func:`output_container` and
+:func:`transcode` put the written JSONL into the container the output asks for (gzip,
+zstd, Parquet), streaming.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from litehit_core import LocatedError
 from litehit_service.traces.logs.base import Converted
 from litehit_service.traces.readers import INT64_MAX, TraceEvent, format_standard_event
 
-__all__ = ["merge_late", "shifted", "write_events"]
+__all__ = ["OUTPUT_CONTAINERS", "merge_late", "output_container", "shifted", "transcode",
+           "write_events"]  # fmt: skip
+
+OUTPUT_CONTAINERS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet")
+"""What ``litehit convert --to`` accepts (default: the output's extension says)."""
 
 TIME_FIELD = '"timestamp_ns":'
 
@@ -95,3 +101,38 @@ def merge_late(
         out.write(fmt(record.event, shifted(record.event, offset_ns, source), record.extra))
         seen[record.event.instance_id] = None
     return n, list(seen)
+
+
+def output_container(output: str, to: str | None = None) -> str:
+    """The container of ``output``: ``to`` when given, else its extension's (``.parquet``,
+    ``.gz``, ``.zst``; anything else plain JSONL). O(1)."""
+    if to is not None:
+        return to
+    for suffix, container in ((".parquet", "parquet"), (".gz", "jsonl.gz"),
+                              (".zst", "jsonl.zst")):  # fmt: skip
+        if output.endswith(suffix):
+            return container
+    return "jsonl"
+
+
+def transcode(jsonl_path: str, out_path: str, container: str) -> None:
+    """Write the standard JSONL at ``jsonl_path`` to ``out_path`` in ``container`` (one of
+    :data:`OUTPUT_CONTAINERS` but plain ``jsonl``), streaming. O(bytes)."""
+    import shutil
+
+    if container == "parquet":
+        from litehit_service.traces.readers.parquet import write_parquet
+
+        write_parquet(jsonl_path, out_path)
+        return
+    with open(jsonl_path, "rb") as src, open(out_path, "wb") as raw:
+        if container == "jsonl.gz":
+            import gzip
+
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
+                shutil.copyfileobj(src, packed, 1 << 20)
+        else:
+            import zstandard
+
+            with zstandard.ZstdCompressor().stream_writer(raw, closefd=False) as packed:
+                shutil.copyfileobj(src, packed, 1 << 20)

@@ -1,6 +1,7 @@
-"""Trace files as bytes, plain or compressed: gzip (``.gz``) and zstd (``.zst``) inputs are
-read transparently everywhere a trace is read, told by their first bytes (not by their
-name: a ``.jsonl`` that is gzip'd reads as well).
+"""Trace files as bytes, plain or in a container: gzip (``.gz``) and zstd (``.zst``) inputs
+are read transparently everywhere a trace is read, and so is a Parquet trace
+(:mod:`.parquet`: its rows as the standard lines they stand for), each told by its first
+bytes (not by its name: a ``.jsonl`` that is gzip'd reads as well).
 
 :func:`open_bytes` opens a file for :func:`~litehit_service.traces.readers.jsonl.trace_lines`
 (only ``read(n)`` is used): decompressed on the fly, in O(1) memory besides the
@@ -15,23 +16,31 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from typing import Any, BinaryIO
 
 from litehit_core import LocatedError
 
-__all__ = ["COMPRESSIONS", "compression_of", "open_bytes", "plain_size"]
+__all__ = ["CONTAINERS", "container_of", "open_bytes", "plain_size"]
 
-COMPRESSIONS = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd"}
-"""The magic bytes each compression's stream starts with."""
+CONTAINERS = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"PAR1": "parquet"}
+"""The magic bytes each container's file starts with."""
 
 
-def compression_of(path: str | os.PathLike[str]) -> str | None:
-    """``"gzip"``, ``"zstd"`` or None (plain) for the file at ``path``, from its first four
-    bytes; OSError as ``open`` raises it. O(1)."""
+def container_of(path: str | os.PathLike[str]) -> str | None:
+    """``"gzip"``, ``"zstd"``, ``"parquet"`` or None (plain) for the regular file at
+    ``path``, from its first four bytes; None without reading for anything else (a FIFO,
+    a terminal: reading would take bytes from its stream); OSError as ``open`` raises it.
+    O(1)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None
     with open(path, "rb") as fh:
-        head = fh.read(4)
-    return next((name for magic, name in COMPRESSIONS.items() if head.startswith(magic)), None)
+        return _container(fh.read(4))
+
+
+def _container(head: bytes) -> str | None:
+    return next((name for magic, name in CONTAINERS.items() if head.startswith(magic)), None)
 
 
 class _Checked:
@@ -106,8 +115,13 @@ def open_bytes(path: str) -> BinaryIO:
     """Open ``path`` for reading its (decompressed) bytes; a file that cannot be opened is
     a LocatedError at line 0 (as is a zstd file without the ``zstandard`` library)."""
     try:
-        compression = compression_of(path)
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+        compression = _container(raw.peek(4)[:4])  # peeked: a FIFO's bytes stay in it
+        if compression == "parquet":
+            raw.close()
+            from litehit_service.traces.readers.parquet import ParquetLines
+
+            return ParquetLines(path)  # type: ignore[return-value]
     except OSError as exc:
         raise LocatedError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
     if compression is None:
@@ -117,9 +131,9 @@ def open_bytes(path: str) -> BinaryIO:
 
 
 def plain_size(path: str | os.PathLike[str]) -> int | None:
-    """The file's size in bytes when it is not compressed (what its lines add up to), else
+    """The file's size in bytes when it is plain JSONL (what its lines add up to), else
     None: a progress bar counts without a total. None for a file that cannot be read."""
     try:
-        return None if compression_of(path) is not None else os.path.getsize(path)
+        return None if container_of(path) is not None else os.path.getsize(path)
     except OSError:
         return None

@@ -167,6 +167,7 @@ class MooncakeReader(TraceReader):
     name = "mooncake"
     options = ("block_size", "instance_id")
     default_block_size = DEFAULT_BLOCK_SIZE
+    default_time_offset_ns = 1_000_000  # its clock starts at 0
     names_instances = False
     example = (
         b'{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]}\n'

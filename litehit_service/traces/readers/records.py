@@ -88,7 +88,10 @@ class TraceReader:
       ``sizes_in_trace``;
     - ``names_instances``: every record names its instance; ``False`` when none does and
       each event gets the ``instance_id`` option instead (Mooncake), so a replay with more
-      than one instance must route them (``override_instance_id`` / fan-out).
+      than one instance must route them (``override_instance_id`` / fan-out);
+    - ``default_time_offset_ns``: what ``convert`` adds to every timestamp unless told
+      otherwise: 1 ms for a format whose clock starts at 0 (Mooncake: the standard format
+      wants ``timestamp_ns > 0``), 0 for the others, whose values stay as they are.
 
     Whether the format takes an option (``block_size``, ``instance_id``, ``model``,
     ``kv_bytes_per_chunk``) is ``name in reader.options``.
@@ -101,6 +104,7 @@ class TraceReader:
     sizes_in_trace: ClassVar[bool] = False
     default_block_size: ClassVar[int | None] = None
     names_instances: ClassVar[bool] = True
+    default_time_offset_ns: ClassVar[int] = 0
 
     def read(
         self,
