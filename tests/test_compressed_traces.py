@@ -122,14 +122,19 @@ def test_simulate_and_converted_logs_read_compressed_inputs(tmp_path: Path, caps
     assert out.read_bytes() == plain
 
 
+@pytest.mark.parametrize("damage", ["truncated", "garbled"])
 @pytest.mark.parametrize("kind", ["gzip", "zstd"])
 def test_a_corrupt_stream_is_a_located_error_and_writes_nothing(
-    tmp_path: Path, capsys, kind: str
+    tmp_path: Path, capsys, kind: str, damage: str
 ) -> None:
-    """Catches a traceback (exit 1) for a truncated download, or a partial output."""
+    """Catches a traceback (exit 1) for a truncated download or flipped bytes, or a
+    partial output."""
     trace = compressed_copies(standard_trace(tmp_path / "t.jsonl"))[kind]
     data = trace.read_bytes()
-    trace.write_bytes(data[: len(data) // 2])  # truncated
+    if damage == "truncated":
+        trace.write_bytes(data[: len(data) // 2])
+    else:
+        trace.write_bytes(data[:12] + bytes(b ^ 0xFF for b in data[12:40]) + data[40:])
     out = tmp_path / "out.jsonl"
     assert main(["convert", "--from", "standard", str(trace), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip()
