@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from conftest import write_replay_config
+from conftest import lru_instance, write_replay_config
 
 from litehit_service.cli import main
 from litehit_service.traces.readers.compressed import container_of, plain_size
@@ -83,10 +83,7 @@ def test_replay_and_convert_read_compressed_traces(tmp_path: Path) -> None:
     for kind, trace in copies.items():
         config = write_replay_config(
             tmp_path / f"{kind}.json", trace, output=tmp_path / f"r-{kind}",
-            instances=[{"instance_id": i, "instance_group": "g", "block_size": 4,
-                        "location_spec_infos": [{"name": "kv", "size": 1024}],
-                        "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}]}
-                       for i in "ab"],
+            instances=[lru_instance(i) for i in "ab"],
         )  # fmt: skip
         assert main(["replay", str(config), "--quiet"]) == 0
         ledgers[kind] = (tmp_path / f"r-{kind}" / "litehit_facts.csv").read_bytes()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import write_replay_config
+from conftest import lru_instance, write_replay_config
 
 from litehit_service.cli import main
 from litehit_service.traces.readers.compressed import container_of
@@ -111,10 +111,7 @@ def test_replay_simulate_and_a_round_trip_read_parquet(tmp_path: Path, capsys) -
     for name, source in (("jsonl", trace), ("parquet", parquet)):
         config = write_replay_config(
             tmp_path / f"{name}.json", source, output=tmp_path / f"r-{name}",
-            instances=[{"instance_id": i, "instance_group": "g", "block_size": 4,
-                        "location_spec_infos": [{"name": "kv", "size": 1024}],
-                        "location_spec_groups": [{"name": "full", "spec_names": ["kv"]}]}
-                       for i in "ab"],
+            instances=[lru_instance(i) for i in "ab"],
         )  # fmt: skip
         assert main(["replay", str(config), "--quiet"]) == 0
         ledgers[name] = (tmp_path / f"r-{name}" / "litehit_facts.csv").read_bytes()
