@@ -212,5 +212,6 @@ def test_the_vectors_here_are_the_golden_file() -> None:
 
 def test_the_tests_copy_is_the_shared_golden_file() -> None:
     shared = SHARED / "golden" / "prefix_hash.json"
-    require(shared.is_file(), f"{shared} is absent (the shared golden vectors)")
+    require(shared.is_file(), f"{shared} is absent (the shared golden vectors; the copy in "
+            "tests/data is what the other tests read)")  # fmt: skip
     assert DATA.read_bytes() == shared.read_bytes()
