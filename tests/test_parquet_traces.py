@@ -9,6 +9,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -197,3 +198,54 @@ def test_gen_dataset_asks_for_plain_jsonl(tmp_path: Path, capsys) -> None:
                  "-o", str(tmp_path / "d.jsonl")])  # fmt: skip
     assert code == 2
     assert "a parquet file: gen-dataset reads its inputs twice" in capsys.readouterr().err
+
+
+def _loaded(config_path: Path) -> object:
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.optimize.trace import load_trace
+
+    return load_trace(load_optimize_config(config_path), max_line_bytes=1 << 20)
+
+
+def test_the_columnar_load_equals_the_row_load_array_for_array(tmp_path: Path) -> None:
+    """Differential: a Parquet trace loads through columns (no row objects) into exactly
+    the arrays the row path builds from its JSONL: kinds, instances, times, keys, local
+    masks, TTL buckets and values, prompt lengths."""
+    from litehit_service.optimizer.optimize.columns import parquet_arrays
+
+    trace = rich_trace(tmp_path / "t.jsonl", seed=23, n=2000)
+    parquet = as_parquet(trace)
+    rows = _loaded(optimizer_config(tmp_path / "j.json", trace, tmp_path / "o"))
+    cols = _loaded(optimizer_config(tmp_path / "p.json", parquet, tmp_path / "o"))
+    assert parquet_arrays(str(parquet), {"a": 0, "b": 1}, None, [4, 4], [False, True],
+                          [0, 10**9]) is not None  # the columns answered  # fmt: skip
+    for field in ("kinds", "insts", "times", "key_off", "keys", "local", "buckets"):
+        assert np.array_equal(getattr(cols.records, field), getattr(rows.records, field)), field
+    assert np.array_equal(cols.input_lens, rows.input_lens)
+    assert cols.ttl_values == rows.ttl_values and len(rows.ttl_values) >= 2
+    assert int(rows.records.local.sum()) > 0  # masks were in the trace
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ({"input_len": None}, "missing required field 'input_len' (required for type 'get')"),
+        ({"keys": [1, 2, 3]}, "keys: 3 keys but input_len 9 holds 2 complete blocks of 4 "
+         "tokens"),
+        ({"ttl_us": 5}, "field 'ttl_us' must be absent on a get (a get writes nothing); got 5"),
+        ({"instance_id": "zz"}, "instance_id: instance 'zz' is not configured"),
+        ({"type": "write", "block_mask": [True, False]}, "field 'block_mask' must be absent "
+         "on a write"),
+    ],
+)  # fmt: skip
+def test_a_doubtful_row_goes_to_the_row_path_and_its_error(
+    tmp_path: Path, capsys, bad: dict, reason: str
+) -> None:
+    """Catches the columnar load accepting what the row path refuses (or refusing it with
+    another message): every doubt hands the file to the row checks, which name the row."""
+    source = _write_table(tmp_path / "t.parquet", [GOOD, {**GOOD, **bad, "timestamp_ns": 6}])
+    config = optimizer_config(tmp_path / "c.json", source, tmp_path / "o")
+    assert main(["optimize", str(config), "--max-workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{source}:2: {reason}"), err
+    assert not (tmp_path / "o").exists()

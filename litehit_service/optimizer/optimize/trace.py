@@ -24,8 +24,13 @@ from litehit_core import LocatedError
 from litehit_core.policy_replay import ReplayRecords
 from litehit_core.policy_replay.loop import GET, REQUEST, WRITE
 from litehit_service.optimizer.optimize.config import OptimizeConfig
+from litehit_service.traces.readers.compressed import container_of
 from litehit_service.traces.readers.records import TraceEvent, TraceReader
-from litehit_service.traces.readers.registry import detect_format, get_reader
+from litehit_service.traces.readers.registry import (
+    detect_format,
+    get_reader,
+    reader_of_container,
+)
 
 __all__ = ["LoadedTrace", "load_trace"]
 
@@ -81,8 +86,35 @@ def load_trace(
                 f"configuration has {len(instances)}: give --instance ID",
             )
         route = instances[0].instance_id
+    if reader is reader_of_container(container_of(path)):  # a Parquet trace: columns
+        loaded = _columns(path, config, index, route, reader.name)
+        if loaded is not None:
+            return loaded
     events = _events(reader, path, route, config, max_line_bytes)
     return _arrays(events, config, index, route, path, reader.name)
+
+
+def _columns(
+    path: str, config: OptimizeConfig, index: dict[str, int], route: str | None, fmt: str
+) -> LoadedTrace | None:
+    """The columnar load of a Parquet trace (:mod:`.columns`), or None for the row path."""
+    from litehit_service.optimizer.optimize.columns import parquet_arrays
+
+    instances = config.instances
+    group_of = [gi for gi, g in enumerate(config.groups) for _ in g.instances]
+    found = parquet_arrays(
+        path,
+        index,
+        route,
+        [i.block_size for i in instances],
+        [i.policy.expires for i in instances],
+        [config.groups[g].default_ttl_ns for g in group_of],
+    )
+    if found is None:
+        return None
+    (kinds, insts, times, lens, inputs, keys, local, buckets), ttl_values = found
+    ttl_index = {ttl: i for i, ttl in enumerate(ttl_values)}
+    return _sorted(kinds, insts, times, lens, inputs, keys, local, buckets, ttl_index, path, fmt)
 
 
 def _events(

@@ -38,6 +38,7 @@ __all__ = [
     "get_reader",
     "parse_lines",
     "reader_of_inputs",
+    "reader_of_container",
 ]
 
 _ENTRIES: tuple[TraceReader, ...] = (STANDARD, MOONCAKE, LMCACHE)
@@ -170,3 +171,10 @@ def reader_of_inputs(
             f"the inputs are of different formats: {listed}; give --trace-format"
         )
     return found[0][1]
+
+
+def reader_of_container(container: str | None) -> TraceReader | None:
+    """The format a container holds by definition (a Parquet trace holds the standard
+    format: :mod:`~litehit_service.traces.readers.parquet`), None for plain or compressed
+    files, whose first line tells. O(1)."""
+    return STANDARD if container == "parquet" else None
