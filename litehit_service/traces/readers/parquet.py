@@ -22,8 +22,9 @@ becomes the standard JSON line it stands for, which the standard reader then par
 Parquet trace gives every command exactly what the JSONL it came from gives, and a bad
 value the same located error, at ``path:N`` where N is the row (1-based). Memory: one
 record batch. (The policy replay loads a Parquet trace by columns instead:
-:mod:`litehit_service.optimizer.optimize.columns`.) Writing (:func:`write_parquet`): standard JSONL transcoded in batches of
-:data:`ROW_GROUP_ROWS` rows, one row group each (the size streaming readers want).
+:mod:`litehit_service.optimizer.optimize.columns`.) Writing (:func:`write_parquet`):
+standard JSONL transcoded in batches of :data:`ROW_GROUP_ROWS` rows, one row group each
+(the size streaming readers want).
 pyarrow is imported only here, when a Parquet file is read or written.
 """
 
