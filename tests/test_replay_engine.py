@@ -84,6 +84,17 @@ def test_auto_picks_compact_for_big_traces_only(tmp_path: Path) -> None:
     assert lru_engine_for("compact", str(small)) == "compact"
     with pytest.raises(ValueError, match=r"engine must be one of \['auto', 'python', 'compact'\]"):
         lru_engine_for("fast", str(small))
+    # a gzip'd trace counts by the JSONL it holds (EXPANSION x its size), not its size
+    from litehit_service.traces.readers.compressed import EXPANSION
+
+    packed = tmp_path / "packed.jsonl.gz"
+    with packed.open("wb") as fh:
+        fh.write(b"\x1f\x8b")
+        fh.truncate(AUTO_COMPACT_BYTES // EXPANSION + 1)
+    assert lru_engine_for("auto", str(packed)) == "compact"
+    with packed.open("r+b") as fh:
+        fh.truncate(AUTO_COMPACT_BYTES // EXPANSION - 1)
+    assert lru_engine_for("auto", str(packed)) == "python"
 
 
 def test_cli_engine_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -75,7 +75,8 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="full-attention engine: python (no numba start-up), compact (compiled arrays: "
         "~30 bytes per block, flat cost to tens of millions of blocks) or auto (the default: "
-        "compact for traces of 16 MiB and more); the ledger is identical",
+        "compact for traces of 16 MiB of JSONL and more; a compressed or Parquet file counts "
+        "8 times its size); the ledger is identical",
     )
     p.add_argument(
         "--quiet",

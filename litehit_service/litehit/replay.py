@@ -37,7 +37,6 @@ request in trace order is reported exactly as the one-by-one loop reports it.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,7 +63,7 @@ from litehit_service.model import InstanceSummary
 from litehit_service.offline.outputs import run_line
 from litehit_service.policy import QueryPolicy
 from litehit_service.traces.readers import get_reader
-from litehit_service.traces.readers.compressed import plain_size
+from litehit_service.traces.readers.compressed import plain_size, text_bytes
 
 __all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
 
@@ -174,19 +173,16 @@ REPLAY_ENGINES = ("auto", *LRU_ENGINES)
 
 def lru_engine_for(engine: str, trace_path: str) -> str:
     """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"`` the
-    engine registry's pick for the trace file's size
-    (:func:`~litehit_core.engine.auto_lru_engine`; an unreadable file counts as empty, and
-    the reader reports it with its own message). ValueError naming the value for anything
-    else."""
+    engine registry's pick for the trace's size in JSONL bytes
+    (:func:`~litehit_core.engine.auto_lru_engine`; a compressed or Parquet file counts
+    :data:`~litehit_service.traces.readers.compressed.EXPANSION` times its size, an
+    unreadable file as empty, and the reader reports it with its own message). ValueError
+    naming the value for anything else."""
     if engine not in REPLAY_ENGINES:
         raise ValueError(f"engine must be one of {list(REPLAY_ENGINES)}, got {engine!r}")
     if engine != "auto":
         return engine
-    try:
-        size = os.path.getsize(trace_path)
-    except OSError:
-        size = 0
-    return auto_lru_engine(size)
+    return auto_lru_engine(text_bytes(trace_path))
 
 
 def run_replay(

@@ -129,7 +129,7 @@ def transcode(jsonl_path: str, out_path: str, container: str) -> None:
         if container == "jsonl.gz":
             import gzip
 
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=6) as packed:
                 shutil.copyfileobj(src, packed, 1 << 20)
         else:
             import zstandard
