@@ -132,3 +132,26 @@ def test_every_family_names_a_module_with_a_warm_up(name: str) -> None:
     assert callable(importlib.import_module(family.module).warm_up)
     assert family.compile_s > 0 and family.used_by
     assert family_of(family.module) == name  # its warm-up's own compiles are its own
+
+
+def test_the_import_hook_leaves_numba_a_whole_loader(tmp_path: Path) -> None:
+    """Catches the one-shot hook breaking what numba's loader answers (source, file,
+    package) in a process where the CLI watched numba's import, and a compile then going
+    unannounced."""
+    from fresh import run_python
+
+    code = (
+        "import inspect\n"
+        "from litehit_service.offline.kernels import watch_compiles, compiled_seconds\n"
+        "watch_compiles()\n"
+        "import numba\n"
+        "loader = numba.__spec__.loader\n"
+        "print(loader.is_package('numba'), loader.get_filename('numba').endswith('__init__.py'),"
+        " len(inspect.getsource(numba)) > 100)\n"
+        "f = numba.njit(lambda x: x + 1)\n"
+        "print(f(1), compiled_seconds() > 0)\n"
+    )
+    proc = run_python(tmp_path, code=code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["True True True", "2 True"]
+    assert proc.stderr.splitlines() == [compile_notice("")]

@@ -123,6 +123,9 @@ class _AfterNumbaImport(importlib.abc.MetaPathFinder):
                 real.exec_module(module)
                 _register()
 
+            def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader...
+                return getattr(real, name)
+
         spec.loader = Loader()
         return spec
 
