@@ -55,11 +55,17 @@ settings.register_profile("litehit", deadline=None, derandomize=ON_CI, print_blo
 settings.load_profile("litehit")
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels() -> None:
     """Load (or, in a fresh clone, compile once: ~16 s) every family of compiled kernels
-    before any test, so no test's command prints the one-time compile notice
+    before the first test runs, so no test's command prints the one-time compile notice
     (:mod:`litehit_service.offline.kernels`) and every stderr is the same on a cold and a
-    warm cache; ~0.5 s when cached. The notices themselves are tested in test_kernels.py."""
+    warm cache; ~0.5 s when cached. A fixture, not a collection hook: collecting the tests
+    imports no numba. The notices themselves are tested in test_kernels.py."""
+    import importlib.util
+
+    if importlib.util.find_spec("numba") is None:
+        return  # not installed: the tests that need it say so themselves
     from litehit_core.engine import KERNEL_FAMILIES
     from litehit_service.offline.kernels import load_kernels
 
