@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _trace import DEFAULT_TRACE
+
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINERS = {"jsonl": "t.jsonl", "jsonl.gz": "t.jsonl.gz", "jsonl.zst": "t.jsonl.zst",
               "parquet": "t.parquet"}  # fmt: skip
@@ -36,8 +38,7 @@ def run(argv: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = ROOT.parent / "shared/traces/mooncake/conversation_trace.jsonl"
-    ap.add_argument("trace", nargs="?", type=Path, default=default)
+    ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")

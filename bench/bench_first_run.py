@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+from _trace import DEFAULT_TRACE
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {
     "optimize": ["optimize"],
@@ -68,8 +70,7 @@ def timed(argv: list[str], cache: str) -> tuple[float, float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = ROOT.parent / "shared/traces/mooncake/conversation_trace.jsonl"
-    ap.add_argument("trace", nargs="?", type=Path, default=default)
+    ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
