@@ -249,3 +249,15 @@ def test_a_doubtful_row_goes_to_the_row_path_and_its_error(
     err = capsys.readouterr().err
     assert err.startswith(f"{source}:2: {reason}"), err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_instance_id_is_refused_even_when_routed(tmp_path: Path, capsys) -> None:
+    """Catches the columnar load skipping the instance-id check under --instance (the row
+    path parses every field, routed or not)."""
+    source = _write_table(tmp_path / "t.parquet",
+                          [GOOD, {**GOOD, "instance_id": "", "timestamp_ns": 6}])  # fmt: skip
+    config = optimizer_config(tmp_path / "c.json", source, tmp_path / "o")
+    assert main(["optimize", str(config), "--max-workers", "1", "--instance", "a"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"{source}:2: field 'instance_id' must be a non-empty string; got \"\""
+    )

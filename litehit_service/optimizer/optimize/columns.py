@@ -64,6 +64,12 @@ def parquet_arrays(
         return None
     if not pa.types.is_int64(time_col.type):
         return None
+    trace_col = _column(table, "trace_id")
+    strings = (kind_col, inst_col) + ((trace_col,) if trace_col is not None else ())
+    if not all(pa.types.is_string(c.type) for c in strings):
+        return None
+    if pc.any(pc.equal(pc.utf8_length(inst_col), 0)).as_py():  # checked even when routed
+        return None
     kinds = np.full(n, -1, dtype=np.int8)
     for name, code in (("get", GET), ("request", REQUEST), ("write", WRITE)):
         kinds[pc.equal(kind_col, name).to_numpy(zero_copy_only=False)] = code
