@@ -668,7 +668,7 @@ def test_without_tokenizers_the_message_says_how_to_install(tmp_path: Path) -> N
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == (
         "litehit gen-dataset: error: gen-dataset needs the 'tokenizers' library: "
-        "pip install 'litehit[dataset]'\n"
+        "pip install '.[dataset]' (in the clone)\n"
     )
     assert not (tmp_path / "bench_dataset.jsonl").exists()
 

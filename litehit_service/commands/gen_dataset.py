@@ -8,7 +8,7 @@ The options are LMCache's ``lmcache tool cache-simulator gen-dataset`` (``-i/--i
 spelled ``--instance`` here, the old spelling accepted), and for the same logs and
 tokenizer the file is byte for byte LMCache's. Added: ``--trace-format`` (default:
 detected), ``--block-size`` (standard and Mooncake: tokens per key) and
-``--max-line-bytes``. Needs the ``tokenizers`` library (``pip install 'litehit[dataset]'``;
+``--max-line-bytes``. Needs the ``tokenizers`` library (``pip install '.[dataset]'``;
 exit 1 without it). Bad input or options exit 2 and write nothing. A summary on stdout, the
 run's line on stderr, progress bars on a terminal.
 """

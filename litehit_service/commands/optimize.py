@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
         choices=("local", "ray"),
         default="local",
         help="replay the parts in local processes (default) or as Ray tasks (needs pip "
-        "install 'litehit[ray]'; the same files)",
+        "install '.[ray]'; the same files)",
     )
     p.add_argument(
         "--ray-address",

@@ -275,17 +275,15 @@ def add_output_dir(parser: Any) -> None:
     )
 
 
-CONFIG_KINDS = {
-    "replay": "a litehit replay configuration (JSON)",
-    "optimizer": "an optimizer configuration (JSON: the KVCacheManager optimizer's format)",
-}
-"""What each kind of configuration is called in help."""
-
-
 def add_config(parser: argparse.ArgumentParser, kind: str) -> None:
     """The configuration of a command, positional or ``-c CONFIG.json`` (read with
-    :func:`config_path`); ``kind`` is a key of :data:`CONFIG_KINDS`."""
-    parser.add_argument("config", metavar="CONFIG.json", nargs="?", help=CONFIG_KINDS[kind])
+    :func:`config_path`); ``kind`` is a key of
+    :data:`~litehit_service.config_kinds.KINDS`."""
+    from litehit_service.config_kinds import KINDS
+
+    parser.add_argument(
+        "config", metavar="CONFIG.json", nargs="?", help=f"{KINDS[kind].label} (JSON)"
+    )
     parser.add_argument(
         "-c",
         "--config",

@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
         choices=("local", "ray"),
         default="local",
         help="where instance lanes replay: this process (default) or one Ray task per "
-        "instance (needs pip install 'litehit[ray]'; the ledger is identical)",
+        "instance (needs pip install '.[ray]'; the ledger is identical)",
     )
     p.add_argument(
         "--ray-address",

@@ -96,7 +96,7 @@ def register(subparsers: Any) -> None:
         choices=("local", "ray"),
         default="local",
         help="run the replays in local processes (default) or as Ray tasks (needs pip "
-        "install 'litehit[ray]'; the same numbers)",
+        "install '.[ray]'; the same numbers)",
     )
     p.add_argument(
         "--ray-address",

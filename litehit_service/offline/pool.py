@@ -47,7 +47,7 @@ __all__ = [
 
 EXECUTORS = ("local", "ray")
 """What ``--executor`` accepts."""
-RAY_MISSING = "--executor ray needs Ray: pip install 'litehit[ray]' (or pip install ray)"
+RAY_MISSING = "--executor ray needs Ray: pip install '.[ray]' in the clone (or pip install ray)"
 """The message (a usage error) when Ray is asked for and not installed."""
 
 _STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})

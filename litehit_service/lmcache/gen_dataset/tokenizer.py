@@ -59,7 +59,7 @@ __all__ = [
     "wrap_transformers",
 ]
 
-INSTALL_HINT = "pip install 'litehit[dataset]'"
+INSTALL_HINT = "pip install '.[dataset]' (in the clone)"
 """How to get the optional dependency of ``litehit gen-dataset``."""
 SPACE_STARTS = (" ", "\u0120", "\u2581")
 """A safe token whose text starts with one of these comes first (LMCache's preference)."""
