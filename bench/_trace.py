@@ -155,3 +155,31 @@ def interleaved_walls(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[st
 def show(times: list[float]) -> str:
     """``best X ms  median Y ms`` of seconds."""
     return f"best {min(times) * 1e3:7.1f} ms  median {statistics.median(times) * 1e3:7.1f} ms"
+
+
+def write_standard_copies(
+    path: str | os.PathLike[str], copies: int, trace: Path = DEFAULT_TRACE, block_size: int = 512
+) -> tuple[int, int]:
+    """The Mooncake ``trace`` ``copies`` times over as one standard JSONL trace at
+    ``path``: copy c has fresh keys (``key + c * 2**40``), fresh trace ids (``"c-id"``) and
+    comes after copy c - 1 in time (timestamps ns from 1 ms, as ``convert`` writes
+    Mooncake's, copies the trace's span + 1 ms apart). Every
+    record is a ``request`` of instance ``conv``. Returns (records, keys). O(output)."""
+    if os.path.abspath(path).startswith(os.path.abspath(SHARED)):
+        raise ValueError(f"refusing to write into the shared folder: {path}")
+    events = list(read_mooncake(trace, block_size))
+    span = events[-1].timestamp_ns - events[0].timestamp_ns + 1_000_000
+    n_keys = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for c in range(copies):
+            shift, lines = c << 40, []
+            for i, e in enumerate(events):
+                keys = ",".join(str(k + shift) for k in e.keys)
+                lines.append(
+                    f'{{"type":"request","instance_id":"conv","trace_id":"{c}-{i}",'
+                    f'"timestamp_ns":{e.timestamp_ns + 1_000_000 + c * span},"keys":[{keys}],'
+                    f'"input_len":{e.input_len}}}\n'
+                )
+                n_keys += len(e.keys)
+            out.write("".join(lines))
+    return copies * len(events), n_keys

@@ -207,22 +207,33 @@ def _loaded(config_path: Path) -> object:
     return load_trace(load_optimize_config(config_path), max_line_bytes=1 << 20)
 
 
-def test_the_columnar_load_equals_the_row_load_array_for_array(tmp_path: Path) -> None:
-    """Differential: a Parquet trace loads through columns (no row objects) into exactly
-    the arrays the row path builds from its JSONL: kinds, instances, times, keys, local
-    masks, TTL buckets and values, prompt lengths."""
-    from litehit_service.optimizer.optimize.columns import parquet_arrays
+def _row_load(config_path: Path, trace: Path) -> object:
+    """The row path alone: every line through the standard line parser, then routed."""
+    from litehit_service.optimizer.optimize.columns import event_batch
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.optimize.trace import open_trace_batches, sorted_trace
+    from litehit_service.traces.readers.standard import read_standard
 
+    config = load_optimize_config(config_path)
+    routing, _, _ = open_trace_batches(config, max_line_bytes=1 << 20)
+    whole = event_batch(read_standard(trace), routing)
+    return sorted_trace(whole, routing.ttl_values, str(trace), "standard")
+
+
+def test_the_columnar_load_equals_the_row_load_array_for_array(tmp_path: Path) -> None:
+    """Differential: JSONL and Parquet traces load through columns (no row objects) into
+    exactly the arrays the row path builds from the JSONL's lines: kinds, instances, times,
+    keys, local masks, TTL buckets and values, prompt lengths."""
     trace = rich_trace(tmp_path / "t.jsonl", seed=23, n=2000)
     parquet = as_parquet(trace)
-    rows = _loaded(optimizer_config(tmp_path / "j.json", trace, tmp_path / "o"))
-    cols = _loaded(optimizer_config(tmp_path / "p.json", parquet, tmp_path / "o"))
-    assert parquet_arrays(str(parquet), {"a": 0, "b": 1}, None, [4, 4], [False, True],
-                          [0, 10**9]) is not None  # the columns answered  # fmt: skip
-    for field in ("kinds", "insts", "times", "key_off", "keys", "local", "buckets"):
-        assert np.array_equal(getattr(cols.records, field), getattr(rows.records, field)), field
-    assert np.array_equal(cols.input_lens, rows.input_lens)
-    assert cols.ttl_values == rows.ttl_values and len(rows.ttl_values) >= 2
+    rows = _row_load(optimizer_config(tmp_path / "r.json", trace, tmp_path / "o"), trace)
+    for source, name in ((trace, "j.json"), (parquet, "p.json")):
+        cols = _loaded(optimizer_config(tmp_path / name, source, tmp_path / "o"))
+        for field in ("kinds", "insts", "times", "key_off", "keys", "local", "buckets"):
+            got, want = getattr(cols.records, field), getattr(rows.records, field)
+            assert np.array_equal(got, want), (source, field)
+        assert np.array_equal(cols.input_lens, rows.input_lens)
+        assert cols.ttl_values == rows.ttl_values and len(rows.ttl_values) >= 2
     assert int(rows.records.local.sum()) > 0  # masks were in the trace
 
 

@@ -22,6 +22,7 @@ the kernels that call into it are compiled again.
 """
 
 from litehit_core.policy_replay.replay import (
+    Replayer,
     ReplayRecords,
     ReplayResult,
     ReplaySetup,
@@ -32,6 +33,7 @@ from litehit_core.policy_replay.state import InstanceSetup, TierSetup
 
 __all__ = [
     "InstanceSetup",
+    "Replayer",
     "ReplayRecords",
     "ReplayResult",
     "ReplaySetup",

@@ -26,11 +26,19 @@ from litehit_core.policy_replay.state import (
     ReplayArrays,
     TierSetup,
     allocate,
+    grow_ttl,
     memory_bytes,
     reserve,
 )
 
-__all__ = ["ReplayRecords", "ReplayResult", "ReplaySetup", "replay", "warm_up"]
+__all__ = [
+    "Replayer",
+    "ReplayRecords",
+    "ReplayResult",
+    "ReplaySetup",
+    "replay",
+    "warm_up",
+]
 
 CHUNK_RECORDS = 1 << 14
 """Records per compiled call between progress reports."""
@@ -98,66 +106,160 @@ def replay(
 ) -> ReplayResult:
     """Replay ``records`` under ``setup``. ``progress(n)`` hears every n records done;
     ``check`` verifies every invariant after each chunk (tests). O(keys) + evictions."""
-    arrays = allocate(
-        setup.instances,
-        setup.quotas,
-        setup.members,
-        setup.ttl_values,
-        eviction_mode=setup.eviction_mode,
-        batch=setup.batch,
-        with_ttl=any(s.kind == _ttl_kind() for s in setup.instances),
-        longest=int(np.diff(records.key_off).max()) if len(records.kinds) else 0,
-        tiers=setup.tiers,
+    replayer = Replayer(
+        setup,
+        check=check,
         analyse_keys=len(records.keys) if setup.analyse else -1,
     )
-    stride = int(arrays.scalars[STRIDE])
-    n_records = len(records.kinds)
-    n_reads = int(np.count_nonzero(records.kinds != WRITE))
-    tiered = any(t is not None for t in setup.tiers)  # one storage is a tier too
-    width = len(ROW_FIELDS) + (2 * stride if tiered else 0)
-    rows = np.zeros((n_reads, width), dtype=np.int64)
-    delay = np.int64(setup.delay_ns)
-    wp = np.int64(0)
-    row = np.int64(0)
-    for start, stop in _chunks(n_records):
-        pos = np.int64(start)
-        stalled = -1
-        while pos < stop:
-            pos, wp, row, need = replay_chunk(
-                arrays, records.kinds, records.insts, records.times, records.key_off,
-                records.keys, records.local, records.buckets, delay, pos, np.int64(stop),
-                wp, rows, row,
-            )  # fmt: skip
-            if pos < stop:
-                if pos == stalled:  # reserve() must make room for what the loop asked
-                    raise RuntimeError(f"no room made for {int(need)} nodes at record {pos}")
-                stalled = pos
-                arrays = reserve(arrays, int(need), rebuild_table)
-        if check:
+    rows = replayer.feed(records, progress=progress)
+    return replayer.finish(rows)
+
+
+class Replayer:
+    """A replay fed in batches of records, in time order (what ``litehit optimize``
+    streams): :meth:`feed` replays a batch and returns its reads' rows, :meth:`finish`
+    applies the writes still pending and gives the totals. Between batches it keeps the
+    cache's arrays and the records from the first request whose write is still pending
+    (the records within ``setup.delay_ns`` of the last one, at least the last one): memory
+    follows the cache, not the trace. ``setup.ttl_values`` may grow between batches
+    (``feed(..., ttl_values=)``: new TTLs are appended, the known keep their bucket).
+    ``analyse_keys`` >= 0: the analyses' per-key arrays for one batch of that many keys
+    (:func:`replay`). Replaying a trace in any split into batches gives exactly the rows
+    and totals of one :func:`replay`."""
+
+    def __init__(self, setup: ReplaySetup, *, check: bool = False, analyse_keys: int = -1) -> None:
+        self.setup = setup
+        self.check = check
+        self.arrays = allocate(
+            setup.instances,
+            setup.quotas,
+            setup.members,
+            setup.ttl_values,
+            eviction_mode=setup.eviction_mode,
+            batch=setup.batch,
+            with_ttl=any(s.kind == _ttl_kind() for s in setup.instances),
+            tiers=setup.tiers,
+            analyse_keys=analyse_keys,
+        )
+        stride = int(self.arrays.scalars[STRIDE])
+        tiered = any(t is not None for t in setup.tiers)  # one storage is a tier too
+        self.width = len(ROW_FIELDS) + (2 * stride if tiered else 0)
+        self.delay = np.int64(setup.delay_ns)
+        self.carry = _slice(_EMPTY, 0, 0)
+        self.ttl_values = tuple(setup.ttl_values)
+
+    def feed(
+        self,
+        records: ReplayRecords,
+        *,
+        ttl_values: tuple[int, ...] | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> np.ndarray:
+        """Replay ``records`` (after every record fed before, none earlier in time); the
+        rows of their reads (int64, one per read: :class:`ReplayResult`'s ``rows``, whose
+        record column indexes ``records``). ``ttl_values``: the TTLs the buckets index now
+        (a prefix of them was known before). ``progress(n)`` hears records done.
+        O(keys) + evictions."""
+        if ttl_values is not None and ttl_values != self.ttl_values:
+            self.arrays = grow_ttl(self.arrays, ttl_values)
+            self.ttl_values = tuple(ttl_values)
+        longest = int(np.diff(records.key_off).max()) if len(records.kinds) else 0
+        if longest > len(self.arrays.path):
+            self.arrays = self.arrays._replace(path=np.zeros(longest, dtype=np.int32))
+        carried = len(self.carry.kinds)
+        both = _join(self.carry, records) if carried else records
+        n_records = len(both.kinds)
+        n_reads = int(np.count_nonzero(records.kinds != WRITE))
+        rows = np.zeros((n_reads, self.width), dtype=np.int64)
+        arrays, wp, row = self.arrays, np.int64(0), np.int64(0)
+        for start, stop in _chunks(carried, n_records):
+            pos = np.int64(start)
+            stalled = -1
+            while pos < stop:
+                pos, wp, row, need = replay_chunk(
+                    arrays, both.kinds, both.insts, both.times, both.key_off, both.keys,
+                    both.local, both.buckets, self.delay, pos, np.int64(stop), wp, rows, row,
+                )  # fmt: skip
+                if pos < stop:
+                    if pos == stalled:  # reserve() must make room for what the loop asked
+                        raise RuntimeError(f"no room made for {int(need)} nodes at record {pos}")
+                    stalled = pos
+                    arrays = reserve(arrays, int(need), rebuild_table)
+            if self.check:
+                check_arrays(arrays)
+            if progress is not None:
+                progress(stop - start)
+        self.arrays = arrays
+        self.carry = _slice(both, int(wp), n_records)
+        rows[:, 0] -= carried
+        return rows
+
+    def finish(self, rows: np.ndarray | None = None) -> ReplayResult:
+        """Apply every write still pending (they produce no rows) and give the totals;
+        ``rows``: the result's rows (default none). The replayer is spent after it."""
+        arrays = reserve(self.arrays, int(self.arrays.scalars[PENDING]), rebuild_table)
+        c = self.carry
+        flush(arrays, c.kinds, c.insts, c.times, c.key_off, c.keys, c.buckets, self.delay,
+              np.int64(0), np.int64(len(c.kinds)))  # fmt: skip
+        if self.check:
             check_arrays(arrays)
-        if progress is not None:
-            progress(stop - start)
-    arrays = reserve(arrays, int(arrays.scalars[PENDING]), rebuild_table)
-    flush(arrays, records.kinds, records.insts, records.times, records.key_off, records.keys,
-          records.buckets, delay, wp, np.int64(n_records))  # fmt: skip
-    if check:
-        check_arrays(arrays)
-    users = int(arrays.scalars[USERS])
+        self.arrays = arrays
+        stride = int(arrays.scalars[STRIDE])
+        users = int(arrays.scalars[USERS])
 
-    def per_tier(values: np.ndarray) -> np.ndarray:
-        return values.reshape(stride, users).T.copy()
+        def per_tier(values: np.ndarray) -> np.ndarray:
+            return values.reshape(stride, users).T.copy()
 
-    return ReplayResult(
-        rows=rows[:row],
-        cached=per_tier(arrays.cached).sum(axis=1),
-        peak=arrays.peak[:users].copy(),
-        evicted=per_tier(arrays.evicted).sum(axis=1),
-        expired=per_tier(arrays.expired).sum(axis=1),
-        written=arrays.acc_write[:users].copy(),
-        memory_bytes=memory_bytes(arrays),
-        tier_cached=per_tier(arrays.cached),
-        tier_evicted=per_tier(arrays.evicted),
-        arrays=arrays._replace(lives=arrays.lives[: int(arrays.scalars[LIVES])]),
+        return ReplayResult(
+            rows=rows if rows is not None else np.zeros((0, self.width), dtype=np.int64),
+            cached=per_tier(arrays.cached).sum(axis=1),
+            peak=arrays.peak[:users].copy(),
+            evicted=per_tier(arrays.evicted).sum(axis=1),
+            expired=per_tier(arrays.expired).sum(axis=1),
+            written=arrays.acc_write[:users].copy(),
+            memory_bytes=memory_bytes(arrays),
+            tier_cached=per_tier(arrays.cached),
+            tier_evicted=per_tier(arrays.evicted),
+            arrays=arrays._replace(lives=arrays.lives[: int(arrays.scalars[LIVES])]),
+        )
+
+
+_EMPTY = ReplayRecords(
+    kinds=np.zeros(0, dtype=np.int8),
+    insts=np.zeros(0, dtype=np.int32),
+    times=np.zeros(0, dtype=np.int64),
+    key_off=np.zeros(1, dtype=np.int64),
+    keys=np.zeros(0, dtype=np.int64),
+    local=np.zeros(0, dtype=np.uint8),
+    buckets=np.zeros(0, dtype=np.int32),
+)
+
+
+def _slice(records: ReplayRecords, lo: int, hi: int) -> ReplayRecords:
+    """Records ``lo..hi-1`` as their own (copied) arrays."""
+    k0, k1 = int(records.key_off[lo]), int(records.key_off[hi])
+    return ReplayRecords(
+        kinds=records.kinds[lo:hi].copy(),
+        insts=records.insts[lo:hi].copy(),
+        times=records.times[lo:hi].copy(),
+        key_off=records.key_off[lo : hi + 1] - k0,
+        keys=records.keys[k0:k1].copy(),
+        local=records.local[k0:k1].copy(),
+        buckets=records.buckets[lo:hi].copy(),
+    )
+
+
+def _join(first: ReplayRecords, second: ReplayRecords) -> ReplayRecords:
+    """``first`` then ``second`` as one set of records."""
+    k0 = int(second.key_off[0])
+    return ReplayRecords(
+        kinds=np.concatenate((first.kinds, second.kinds)),
+        insts=np.concatenate((first.insts, second.insts)),
+        times=np.concatenate((first.times, second.times)),
+        key_off=np.concatenate((first.key_off[:-1], second.key_off - k0 + first.key_off[-1])),
+        keys=np.concatenate((first.keys, second.keys[k0 : int(second.key_off[-1])])),
+        local=np.concatenate((first.local, second.local[k0 : int(second.key_off[-1])])),
+        buckets=np.concatenate((first.buckets, second.buckets)),
     )
 
 
@@ -167,9 +269,10 @@ def _ttl_kind() -> int:
     return ttl.KIND
 
 
-def _chunks(n_records: int) -> list[tuple[int, int]]:
-    """Record ranges of :data:`CHUNK_RECORDS` (progress is reported between them)."""
-    starts = range(0, n_records, CHUNK_RECORDS)
+def _chunks(first: int, n_records: int) -> list[tuple[int, int]]:
+    """Record ranges of :data:`CHUNK_RECORDS` from ``first`` (progress is reported between
+    them)."""
+    starts = range(first, n_records, CHUNK_RECORDS)
     return [(start, min(start + CHUNK_RECORDS, n_records)) for start in starts]
 
 

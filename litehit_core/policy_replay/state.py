@@ -95,6 +95,7 @@ __all__ = [
     "ReplayArrays",
     "TierSetup",
     "allocate",
+    "grow_ttl",
     "as_struct",
     "memory_bytes",
     "room_needed",
@@ -470,6 +471,23 @@ def reserve(arrays: ReplayArrays, new_nodes: int, rebuild_table: object) -> Repl
             lives[:used] = arrays.lives[:used]
             arrays = arrays._replace(lives=lives)
     return _grow_dense(arrays, new_nodes)
+
+
+def grow_ttl(arrays: ReplayArrays, ttl_values: Sequence[int]) -> ReplayArrays:
+    """``arrays`` with the TTL buckets ``ttl_values`` (the old ones first, in their order,
+    then new ones): each instance's expiry lists keep their bucket numbers, the new ones
+    start empty. O(instances x buckets)."""
+    old = len(arrays.ttl_values)
+    new = len(ttl_values)
+    if tuple(arrays.ttl_values.tolist()) != tuple(ttl_values[:old]):
+        raise ValueError("the known TTL buckets must keep their values and order")
+    n_inst = len(arrays.cached)
+    grown = {}
+    for name in ("thead", "ttail"):
+        table = np.full((n_inst, new), NONE, dtype=np.int32)
+        table[:, :old] = getattr(arrays, name).reshape(n_inst, old)
+        grown[name] = table.reshape(-1)
+    return arrays._replace(ttl_values=np.array(ttl_values, dtype=np.int64), **grown)
 
 
 def _grow_nodes(arrays: ReplayArrays, n: int) -> ReplayArrays:

@@ -1,68 +1,118 @@
-"""A Parquet trace straight into the policy replay's arrays: columns, not rows.
+"""A trace for the policy replay as batches of columns, in file order (spec §2).
 
-:func:`parquet_arrays` reads a standard Parquet trace
-(:mod:`litehit_service.traces.readers.parquet`) with pyarrow and builds the arrays
-:func:`~litehit_service.optimizer.optimize.trace.load_trace` builds from records, with
-every check of the row path done on whole columns (numpy). It answers only when every row
-passes: at the first doubt (a null where a value is required, a value out of range, a key
-count past its prompt, a mask of the wrong length, a TTL on a get, an unconfigured
-instance) it returns None and the row path reads the file again, which names the first
-bad row exactly as it does for JSONL. So the results are the row path's, by construction
-where the rows are good and by delegation where one is not.
+:func:`trace_batches` reads a trace in batches of records and gives each as a
+:class:`Batch` of flat arrays, checked and routed to the configured instances: the
+standard format (JSONL, compressed or Parquet) by columns
+(:func:`~litehit_service.traces.readers.columns.standard_chunks`), checked with numpy on
+whole columns (:func:`table_batch`); any chunk the column checks doubt -- a null where a
+value is required, a value out of range, a key count past its prompt, a mask of the wrong
+length, a TTL on a get, an unconfigured instance -- and every other format go through the
+line parser and :func:`event_batch`, which raises the located error
+(``path:line: field: reason``) of the first bad record. So the batches are the row path's,
+by construction where the rows are good and by delegation where one is not.
 
-Cost: the file's columns in memory once (what the replay holds anyway: ~17 bytes per key,
-~30 per record), O(rows + keys) numpy passes, no Python object per row.
+Every record must name a configured instance (a format without instance names goes to
+``--instance`` or to the configuration's only instance) and a read's keys must fit its
+prompt (``len(keys) <= input_len // block_size``). TTLs get bucket numbers in first-seen
+order across the batches (:attr:`Routing.ttl_index`). Cost: O(bytes) in pyarrow and numpy
+for the columnar formats, the line parser's otherwise; memory: one batch (~17 bytes per
+key, ~50 per record) besides the reader's chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from litehit_core import LocatedError
 from litehit_core.policy_replay.loop import GET, REQUEST, WRITE
-from litehit_service.traces.readers.records import INT64_MAX
+from litehit_service.traces.readers.records import INT64_MAX, TraceEvent, TraceReader
 
-__all__ = ["Arrays", "parquet_arrays"]
+__all__ = [
+    "EVENTS_PER_BATCH",
+    "Batch",
+    "Routing",
+    "TraceBatches",
+    "concat_batches",
+    "event_batch",
+    "table_batch",
+    "trace_batches",
+]
 
-Arrays = tuple[np.ndarray, ...]
-"""(kinds int8, insts int32, times int64, key counts int64, input lens int64, keys int64,
-local uint8, buckets int32, TTL values ns in bucket order)."""
+EVENTS_PER_BATCH = 65_536
+"""Records per batch of a format read line by line."""
+_KINDS = {"get": GET, "write": WRITE, "request": REQUEST}
 
 
-def _column(table: Any, name: str, default: Any = None) -> Any:
-    return table.column(name).combine_chunks() if name in table.column_names else default
+class Batch(NamedTuple):
+    """Records in file order: ``kinds`` int8, ``insts`` int32 (configuration order),
+    ``times`` int64 ns, ``lens`` int64 (keys per record), ``inputs`` int64 (prompt tokens,
+    0 for a write), ``keys`` int64, ``local`` uint8 (one per key: 1 = masked local),
+    ``buckets`` int32 (the record's TTL bucket, -1 = none), ``lines`` int64 (each record's
+    1-based line or row in the file, for messages)."""
+
+    kinds: np.ndarray
+    insts: np.ndarray
+    times: np.ndarray
+    lens: np.ndarray
+    inputs: np.ndarray
+    keys: np.ndarray
+    local: np.ndarray
+    buckets: np.ndarray
+    lines: np.ndarray
 
 
-def parquet_arrays(
-    path: str,
-    index: dict[str, int],
-    route: str | None,
-    block_sizes: Sequence[int],
-    expires: Sequence[bool],
-    default_ttl: Sequence[int],
-) -> tuple[Arrays, tuple[int, ...]] | None:
-    """The replay arrays of the Parquet trace at ``path`` in file order (the caller sorts
-    them by time), and the distinct TTLs (ns) in first-seen order, or None when a row
-    needs the row path's judgement (module docstring). ``index``: instance id -> index;
-    ``route``: the instance of every record, or None; per instance its tokens per key,
-    whether its policy expires, its group's default TTL in ns."""
+@dataclass(slots=True)
+class Routing:
+    """Where records go and what they need: instance id -> configuration index
+    (``index``), the instance every record goes to (``route``) or None, per instance its
+    tokens per key, whether its policy expires blocks and its group's default TTL (ns);
+    ``ttl_index``: TTL ns -> bucket, grown in first-seen order."""
+
+    path: str
+    index: dict[str, int]
+    route: str | None
+    block_sizes: np.ndarray
+    expires: np.ndarray
+    default_ttl: np.ndarray
+    ttl_index: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def ttl_values(self) -> tuple[int, ...]:
+        """The TTLs (ns) in bucket order."""
+        return tuple(self.ttl_index)
+
+
+def _column(table: Any, name: str) -> Any:
+    return table.column(name).combine_chunks() if name in table.column_names else None
+
+
+def table_batch(table: Any, first_line: int, routing: Routing) -> Batch | None:
+    """The batch of a pyarrow table of standard records (one row per line from
+    ``first_line``), or None when a row needs the line parser's judgement (module
+    docstring); ``routing.ttl_index`` grows only when a batch is returned. O(rows + keys)
+    numpy passes, no Python object per row."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
     n = table.num_rows
     kind_col = _column(table, "type")
     inst_col = _column(table, "instance_id")
     time_col = _column(table, "timestamp_ns")
     keys_col = _column(table, "keys")
     if any(c is None or c.null_count for c in (kind_col, inst_col, time_col, keys_col)):
-        return None
+        return None  # (a JSONL line with timestamp_us has a null timestamp_ns)
     if not pa.types.is_list(keys_col.type) or not pa.types.is_int64(keys_col.type.value_type):
         return None
-    if not pa.types.is_int64(time_col.type):
+    if keys_col.values.null_count or not pa.types.is_int64(time_col.type):
+        return None
+    us_col = _column(table, "timestamp_us")
+    if us_col is not None and us_col.null_count < n:
         return None
     trace_col = _column(table, "trace_id")
     strings = (kind_col, inst_col) + ((trace_col,) if trace_col is not None else ())
@@ -71,22 +121,22 @@ def parquet_arrays(
     if pc.any(pc.equal(pc.utf8_length(inst_col), 0)).as_py():  # checked even when routed
         return None
     kinds = np.full(n, -1, dtype=np.int8)
-    for name, code in (("get", GET), ("request", REQUEST), ("write", WRITE)):
+    for name, code in _KINDS.items():
         kinds[pc.equal(kind_col, name).to_numpy(zero_copy_only=False)] = code
     times = time_col.to_numpy()
     if (kinds < 0).any() or (times <= 0).any():
         return None
-    if route is not None:
-        insts = np.full(n, index[route], dtype=np.int32)
+    if routing.route is not None:
+        insts = np.full(n, routing.index[routing.route], dtype=np.int32)
     else:
-        names = list(index)
+        names = list(routing.index)
         found = pc.index_in(inst_col, value_set=pa.array(names, type=pa.string()))
         if found.null_count:  # an unconfigured (or empty) instance id
             return None
         insts = found.to_numpy().astype(np.int32)
     offsets = keys_col.offsets.to_numpy().astype(np.int64)
-    keys = keys_col.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    lens = np.diff(offsets - offsets[0])
+    keys = keys_col.values.to_numpy().astype(np.int64, copy=False)
+    lens = np.diff(offsets)
     keys = keys[offsets[0] : offsets[-1]]
     reads = kinds != WRITE
     inputs = np.zeros(n, dtype=np.int64)
@@ -103,26 +153,56 @@ def parquet_arrays(
         inputs = np.where(reads, values, 0)
     elif reads.any():
         return None
-    room = inputs // np.asarray(block_sizes, dtype=np.int64)[insts]
+    room = inputs // routing.block_sizes[insts]
     if (reads & (lens > room)).any():
         return None
-    local = np.zeros(len(keys), dtype=np.uint8)
+    local = _local(table, n, reads, lens, offsets)
+    if local is None:
+        return None
+    buckets = _buckets(table, n, kinds, insts, routing)
+    if buckets is None:
+        return None
+    lines = np.arange(first_line, first_line + n, dtype=np.int64)
+    return Batch(kinds, insts, times, lens, inputs, keys, local, buckets, lines)
+
+
+def _local(
+    table: Any, n: int, reads: np.ndarray, lens: np.ndarray, offsets: np.ndarray
+) -> np.ndarray | None:
+    """Per key, 1 where the row's ``block_mask`` marks it local (None: a doubtful mask)."""
+    import pyarrow as pa
+
+    local = np.zeros(int(lens.sum()), dtype=np.uint8)
     mask_col = _column(table, "block_mask")
-    if mask_col is not None and mask_col.null_count < n:
-        if not pa.types.is_list(mask_col.type) or not pa.types.is_boolean(mask_col.type.value_type):
-            return None
-        has = mask_col.is_valid().to_numpy(zero_copy_only=False)
-        if (has & ~reads).any():  # a mask on a write
-            return None
-        mask_lens = mask_col.value_lengths().fill_null(0).to_numpy()
-        if (has & (mask_lens != lens)).any():
-            return None
-        flat = mask_col.flatten().to_numpy(zero_copy_only=False)  # null lists add nothing
-        rows = np.flatnonzero(has)
-        counts = lens[rows]
-        starts = (offsets[:-1] - offsets[0])[rows]
-        before = np.cumsum(counts) - counts  # where each row's mask starts in ``flat``
-        local[np.repeat(starts - before, counts) + np.arange(flat.size)] = flat
+    if mask_col is None or mask_col.null_count == n:
+        return local
+    if not pa.types.is_list(mask_col.type) or not pa.types.is_boolean(mask_col.type.value_type):
+        return None
+    has = mask_col.is_valid().to_numpy(zero_copy_only=False)
+    if (has & ~reads).any():  # a mask on a write
+        return None
+    mask_lens = mask_col.value_lengths().fill_null(0).to_numpy()
+    if (has & (mask_lens != lens)).any():
+        return None
+    flat_col = mask_col.flatten()  # null lists add nothing
+    if flat_col.null_count:
+        return None
+    flat = flat_col.to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(has)
+    counts = lens[rows]
+    starts = (offsets[:-1] - offsets[0])[rows]
+    before = np.cumsum(counts) - counts  # where each row's mask starts in ``flat``
+    local[np.repeat(starts - before, counts) + np.arange(flat.size)] = flat
+    return local
+
+
+def _buckets(
+    table: Any, n: int, kinds: np.ndarray, insts: np.ndarray, routing: Routing
+) -> np.ndarray | None:
+    """Per row its TTL bucket (-1: none), new TTLs added to ``routing.ttl_index`` in
+    first-seen order (None: a doubtful ``ttl_us``; nothing added)."""
+    import pyarrow as pa
+
     ttl_us = np.zeros(n, dtype=np.int64)
     ttl_col = _column(table, "ttl_us")
     if ttl_col is not None:
@@ -133,16 +213,149 @@ def parquet_arrays(
             return None
         if ((ttl_us < -1) | (ttl_us > INT64_MAX // 1000)).any():
             return None
-    ttl = np.where(ttl_us > 0, ttl_us * 1000, np.where(ttl_us < 0, 0, np.asarray(
-        default_ttl, dtype=np.int64)[insts]))  # fmt: skip
-    bucketed = (kinds != GET) & np.asarray(expires, dtype=bool)[insts] & (ttl > 0)
+    default = routing.default_ttl[insts]
+    ttl = np.where(ttl_us > 0, ttl_us * 1000, np.where(ttl_us < 0, 0, default))
+    bucketed = (kinds != GET) & routing.expires[insts] & (ttl > 0)
     buckets = np.full(n, -1, dtype=np.int32)
-    values: tuple[int, ...] = ()
     if bucketed.any():
         distinct, first = np.unique(ttl[bucketed], return_index=True)
-        seen_order = np.argsort(first, kind="stable")  # first-seen order, as the row path
-        rank = np.empty(len(distinct), dtype=np.int32)
-        rank[seen_order] = np.arange(len(distinct), dtype=np.int32)
+        index = routing.ttl_index
+        for value in distinct[np.argsort(first, kind="stable")].tolist():  # first-seen order
+            index.setdefault(value, len(index))
+        rank = np.array([index[v] for v in distinct.tolist()], dtype=np.int32)
         buckets[bucketed] = rank[np.searchsorted(distinct, ttl[bucketed])]
-        values = tuple(int(v) for v in distinct[seen_order])
-    return (kinds, insts, times, lens, inputs, keys, local, buckets), values
+    return buckets
+
+
+def event_batch(events: Iterable[TraceEvent], routing: Routing) -> Batch:
+    """The batch of ``events`` (the line parser's, checked already), routed; the
+    LocatedError of the first record of an unconfigured instance or with more keys than
+    its prompt holds. O(keys) Python."""
+    index, route, path = routing.index, routing.route, routing.path
+    block_sizes = routing.block_sizes.tolist()
+    expires = routing.expires.tolist()
+    default_ttl = routing.default_ttl.tolist()
+    ttl_index = routing.ttl_index
+    kinds, insts, times, lens, inputs, buckets, lines = (
+        array("b"), array("i"), array("q"), array("q"), array("q"), array("i"), array("q"),
+    )  # fmt: skip
+    keys, local = array("q"), array("B")
+    for e in events:
+        name = route if route is not None else e.instance_id
+        inst = index.get(name)
+        if inst is None:
+            raise LocatedError(
+                path,
+                e.line_no,
+                f"instance {name!r} is not configured (configured: {', '.join(index)}; "
+                "--instance ID sends every record to one)",
+                "instance_id",
+            )
+        n = len(e.keys)
+        kind = _KINDS[e.kind]
+        if kind != WRITE:
+            room = e.input_len // block_sizes[inst]
+            if n > room:
+                raise LocatedError(
+                    path,
+                    e.line_no,
+                    f"{n} keys but input_len {e.input_len} "
+                    f"holds {room} complete blocks of {block_sizes[inst]} tokens "
+                    f"(instance {name!r})",
+                    "keys",
+                )
+        kinds.append(kind)
+        insts.append(inst)
+        times.append(e.timestamp_ns)
+        lens.append(n)
+        inputs.append(e.input_len if kind != WRITE else 0)
+        lines.append(e.line_no)
+        keys.extend(e.keys)
+        local.extend(_mask(e.block_mask, n))
+        bucket = -1
+        if kind != GET and expires[inst]:
+            ttl = e.ttl_us * 1000 if e.ttl_us > 0 else (0 if e.ttl_us < 0 else default_ttl[inst])
+            if ttl > 0:
+                bucket = ttl_index.setdefault(ttl, len(ttl_index))
+        buckets.append(bucket)
+    return Batch(
+        np.frombuffer(kinds, dtype=np.int8),
+        np.frombuffer(insts, dtype=np.int32),
+        np.frombuffer(times, dtype=np.int64),
+        np.frombuffer(lens, dtype=np.int64),
+        np.frombuffer(inputs, dtype=np.int64),
+        np.frombuffer(keys, dtype=np.int64),
+        np.frombuffer(local, dtype=np.uint8),
+        np.frombuffer(buckets, dtype=np.int32),
+        np.frombuffer(lines, dtype=np.int64),
+    )
+
+
+def _mask(block_mask: int | tuple[bool, ...] | None, n: int) -> Sequence[int]:
+    if block_mask is None:
+        return bytes(n)
+    if isinstance(block_mask, int):
+        return b"\x01" * block_mask + bytes(n - block_mask)
+    return bytes(block_mask)
+
+
+def concat_batches(batches: Sequence[Batch]) -> Batch:
+    """One batch of ``batches`` in order. O(their size)."""
+    if len(batches) == 1:
+        return batches[0]
+    return Batch(*(np.concatenate(cols) for cols in zip(*batches, strict=True)))
+
+
+@dataclass(slots=True)
+class TraceBatches:
+    """A trace's batches (:attr:`batches`, read once, in file order), the progress
+    ``unit`` ("bytes", "rows" or "records") and its ``total`` when known; ``done(batch)``
+    is how many units a batch consumed (what a progress bar advances by)."""
+
+    unit: str
+    total: int | None
+    batches: Iterator[tuple[Batch, int]]
+
+
+def trace_batches(
+    reader: TraceReader,
+    path: str,
+    routing: Routing,
+    events: Iterable[TraceEvent] | None,
+    *,
+    max_line_bytes: int,
+) -> TraceBatches:
+    """The batches of the trace at ``path`` (module docstring): by columns when the
+    ``reader`` is columnar, else from ``events`` (the reader's, opened by the caller with
+    its options) :data:`EVENTS_PER_BATCH` at a time."""
+    if reader.columnar:
+        from litehit_service.traces.readers.columns import standard_chunks
+
+        unit, total, chunks = standard_chunks(path, max_line_bytes)
+        parse = reader.line_parser()
+        return TraceBatches(unit, total, _columnar(chunks, parse, routing))
+    assert events is not None
+    return TraceBatches("records", None, _grouped(iter(events), routing))
+
+
+def _columnar(chunks: Iterator[Any], parse: Any, routing: Routing) -> Iterator[tuple[Batch, int]]:
+    from litehit_service.traces.readers.jsonl import parse_numbered
+
+    for chunk in chunks:
+        batch = None
+        if chunk.table is not None:
+            batch = table_batch(chunk.table, chunk.first_line, routing)
+        if batch is None:
+            events, error = parse_numbered(chunk.lines(), chunk.first_line, routing.path, parse)
+            batch = event_batch(events, routing)  # the routing errors of the good lines first
+            if error is not None:
+                raise error
+        yield batch, chunk.done
+
+
+def _grouped(events: Iterator[TraceEvent], routing: Routing) -> Iterator[tuple[Batch, int]]:
+    while True:
+        group = list(islice(events, EVENTS_PER_BATCH))
+        if not group:
+            return
+        yield event_batch(group, routing), len(group)

@@ -198,7 +198,9 @@ def gather(
                     instance_id=inst.instance_id,
                     group_name=group.group_name,
                     policy=inst.policy.name,
-                    rows=instance_rows(trace, result.rows, index, inst.block_size, n),
+                    rows=instance_rows(
+                        trace.records, trace.input_lens, result.rows, index, inst.block_size, n
+                    ),
                     peak_cached_blocks=int(result.peak[index]),
                     cached_blocks=int(result.cached[index]),
                     evicted_blocks=int(result.evicted[index]),

@@ -1,28 +1,36 @@
-"""A trace for the policy replay: records -> sorted arrays, validated before replay (spec §2).
+"""A trace for the policy replay: records -> arrays sorted by time, checked (spec §2).
 
-Standard JSONL (``get`` / ``write`` / ``request``, with ``block_mask`` and ``ttl_us``),
-Mooncake and LMCache inputs (every line a ``request``) are read with the project's trace
-readers (:mod:`litehit_service.traces.readers`). Every record must name a configured
-instance (a format without instance names goes to ``--instance`` or to the configuration's
-only instance) and a read's keys must fit its prompt (``len(keys) <= input_len //
-block_size``). The first bad record stops the load with ``file:line: field: reason``
-before anything is replayed. Records are then sorted stably by timestamp. Cost: the
-reader's O(bytes); memory ~17 bytes per key plus ~30 per record (flat arrays, no Python
-object per key after parsing).
+Standard JSONL (``get`` / ``write`` / ``request``, with ``block_mask`` and ``ttl_us``), its
+Parquet form, Mooncake and LMCache inputs (every line a ``request``) are read in batches
+(:mod:`.columns`: the standard format by columns with pyarrow, the others with the
+project's trace readers, :mod:`litehit_service.traces.readers`). Every record must name a
+configured instance (a format without instance names goes to ``--instance`` or to the
+configuration's only instance) and a read's keys must fit its prompt (``len(keys) <=
+input_len // block_size``); the first bad record stops the read with ``file:line: field:
+reason``. :func:`load_trace` then sorts the records stably by timestamp (the whole trace
+in memory, for the commands that replay it several times or keep every node);
+``litehit optimize`` streams the batches instead (:mod:`.stream`). Cost: O(bytes); memory
+~17 bytes per key plus ~50 per record.
 """
 
 from __future__ import annotations
 
 import os
-from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from litehit_core import LocatedError
 from litehit_core.policy_replay import ReplayRecords
-from litehit_core.policy_replay.loop import GET, REQUEST, WRITE
+from litehit_service.optimizer.optimize.columns import (
+    Batch,
+    Routing,
+    TraceBatches,
+    concat_batches,
+    event_batch,
+    trace_batches,
+)
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.traces.readers.compressed import container_of
 from litehit_service.traces.readers.records import TraceEvent, TraceReader
@@ -32,9 +40,7 @@ from litehit_service.traces.readers.registry import (
     reader_of_container,
 )
 
-__all__ = ["LoadedTrace", "load_trace"]
-
-_KINDS = {"get": GET, "write": WRITE, "request": REQUEST}
+__all__ = ["LoadedTrace", "load_trace", "open_trace_batches", "sorted_trace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +56,19 @@ class LoadedTrace:
     trace_format: str
 
 
-def load_trace(
+def open_trace_batches(
     config: OptimizeConfig,
     *,
     trace_format: str | None = None,
     instance: str | None = None,
     max_line_bytes: int,
-) -> LoadedTrace:
-    """Read and validate ``config``'s trace (module docstring). ``trace_format``: a
-    registered format name (default: detected from the first line); ``instance``: the
-    instance every record goes to (required for a format without instance names when the
-    configuration has several). LocatedError for a bad record or option."""
+) -> tuple[Routing, TraceBatches, str]:
+    """``config``'s trace as batches in file order (:func:`~.columns.trace_batches`), with
+    their routing (whose ``ttl_values`` grow as batches are read) and the format's name.
+    ``trace_format``: a registered format name (default: detected from the first line);
+    ``instance``: the instance every record goes to (required for a format without
+    instance names when the configuration has several). LocatedError for a bad option;
+    a bad record raises when its batch is read."""
     path = config.trace_file_path
     reader = (
         get_reader(trace_format)
@@ -86,35 +94,38 @@ def load_trace(
                 f"configuration has {len(instances)}: give --instance ID",
             )
         route = instances[0].instance_id
-    if reader is reader_of_container(container_of(path)):  # a Parquet trace: columns
-        loaded = _columns(path, config, index, route, reader.name)
-        if loaded is not None:
-            return loaded
-    events = _events(reader, path, route, config, max_line_bytes)
-    return _arrays(events, config, index, route, path, reader.name)
-
-
-def _columns(
-    path: str, config: OptimizeConfig, index: dict[str, int], route: str | None, fmt: str
-) -> LoadedTrace | None:
-    """The columnar load of a Parquet trace (:mod:`.columns`), or None for the row path."""
-    from litehit_service.optimizer.optimize.columns import parquet_arrays
-
-    instances = config.instances
     group_of = [gi for gi, g in enumerate(config.groups) for _ in g.instances]
-    found = parquet_arrays(
-        path,
-        index,
-        route,
-        [i.block_size for i in instances],
-        [i.policy.expires for i in instances],
-        [config.groups[g].default_ttl_ns for g in group_of],
+    routing = Routing(
+        path=os.fspath(path),
+        index=index,
+        route=route,
+        block_sizes=np.array([i.block_size for i in instances], dtype=np.int64),
+        expires=np.array([i.policy.expires for i in instances], dtype=bool),
+        default_ttl=np.array([config.groups[g].default_ttl_ns for g in group_of], dtype=np.int64),
     )
-    if found is None:
-        return None
-    (kinds, insts, times, lens, inputs, keys, local, buckets), ttl_values = found
-    ttl_index = {ttl: i for i, ttl in enumerate(ttl_values)}
-    return _sorted(kinds, insts, times, lens, inputs, keys, local, buckets, ttl_index, path, fmt)
+    by_container = reader_of_container(container_of(path))
+    if by_container is not None:  # a Parquet trace is read by columns whatever was asked
+        reader = by_container
+    events = None if reader.columnar else _events(reader, path, route, config, max_line_bytes)
+    batches = trace_batches(reader, path, routing, events, max_line_bytes=max_line_bytes)
+    return routing, batches, reader.name
+
+
+def load_trace(
+    config: OptimizeConfig,
+    *,
+    trace_format: str | None = None,
+    instance: str | None = None,
+    max_line_bytes: int,
+) -> LoadedTrace:
+    """Read, check and sort ``config``'s whole trace (module docstring; the options as
+    :func:`open_trace_batches`'). LocatedError for a bad record or option."""
+    routing, batches, name = open_trace_batches(
+        config, trace_format=trace_format, instance=instance, max_line_bytes=max_line_bytes
+    )
+    parts = [batch for batch, _ in batches.batches]
+    whole = concat_batches(parts) if parts else event_batch((), routing)
+    return sorted_trace(whole, routing.ttl_values, routing.path, name)
 
 
 def _events(
@@ -144,98 +155,17 @@ def _events(
     return reader.read(path, max_line_bytes=max_line_bytes, **options)
 
 
-def _arrays(
-    events: Iterable[TraceEvent],
-    config: OptimizeConfig,
-    index: dict[str, int],
-    route: str | None,
-    path: str,
-    fmt: str,
+def sorted_trace(
+    batch: Batch, ttl_values: tuple[int, ...], path: str | os.PathLike[str], fmt: str
 ) -> LoadedTrace:
-    instances = config.instances
-    block_sizes = [i.block_size for i in instances]
-    group_of = [gi for gi, g in enumerate(config.groups) for _ in g.instances]
-    expires = [i.policy.expires for i in instances]
-    default_ttl = [config.groups[g].default_ttl_ns for g in group_of]
-    kinds, insts, times, lens, inputs, buckets = (
-        array("b"),
-        array("i"),
-        array("q"),
-        array("q"),
-        array("q"),
-        array("i"),
-    )
-    keys, local = array("q"), array("B")
-    ttl_index: dict[int, int] = {}
-    for e in events:
-        name = route if route is not None else e.instance_id
-        inst = index.get(name)
-        if inst is None:
-            raise LocatedError(
-                path,
-                e.line_no,
-                f"instance {name!r} is not configured (configured: {', '.join(index)}; "
-                "--instance ID sends every record to one)",
-                "instance_id",
-            )
-        n = len(e.keys)
-        kind = _KINDS[e.kind]
-        if kind != WRITE:
-            room = e.input_len // block_sizes[inst]
-            if n > room:
-                raise LocatedError(
-                    path,
-                    e.line_no,
-                    f"{n} keys but input_len {e.input_len} "
-                    f"holds {room} complete blocks of {block_sizes[inst]} tokens "
-                    f"(instance {name!r})",
-                    "keys",
-                )
-        kinds.append(kind)
-        insts.append(inst)
-        times.append(e.timestamp_ns)
-        lens.append(n)
-        inputs.append(e.input_len if kind != WRITE else 0)
-        keys.extend(e.keys)
-        local.extend(_mask(e.block_mask, n))
-        bucket = -1
-        if kind != GET and expires[inst]:
-            ttl = e.ttl_us * 1000 if e.ttl_us > 0 else (0 if e.ttl_us < 0 else default_ttl[inst])
-            if ttl > 0:
-                bucket = ttl_index.setdefault(ttl, len(ttl_index))
-        buckets.append(bucket)
-    return _sorted(kinds, insts, times, lens, inputs, keys, local, buckets, ttl_index, path, fmt)
-
-
-def _mask(block_mask: int | tuple[bool, ...] | None, n: int) -> Sequence[int]:
-    if block_mask is None:
-        return bytes(n)
-    if isinstance(block_mask, int):
-        return b"\x01" * block_mask + bytes(n - block_mask)
-    return bytes(block_mask)
-
-
-def _sorted(
-    kinds: array,
-    insts: array,
-    times: array,
-    lens: array,
-    inputs: array,
-    keys: array,
-    local: array,
-    buckets: array,
-    ttl_index: dict[int, int],
-    path: str,
-    fmt: str,
-) -> LoadedTrace:
-    """The records sorted stably by time (a no-op copy for a sorted trace)."""
-    t = np.frombuffer(times, dtype=np.int64)
-    n_keys = np.frombuffer(lens, dtype=np.int64)
+    """The records of ``batch`` sorted stably by time (a no-op copy for a sorted trace).
+    O(records log records + keys)."""
+    t = batch.times
+    n_keys = batch.lens
     order = np.argsort(t, kind="stable")
     off = np.zeros(len(t) + 1, dtype=np.int64)
     np.cumsum(n_keys, out=off[1:])
-    all_keys = np.frombuffer(keys, dtype=np.int64)
-    all_local = np.frombuffer(local, dtype=np.uint8)
+    all_keys, all_local = batch.keys, batch.local
     if np.all(order == np.arange(len(t))):
         sorted_keys, sorted_local, new_off = all_keys.copy(), all_local.copy(), off
     else:
@@ -246,14 +176,12 @@ def _sorted(
         take = shift + np.arange(int(new_off[-1]), dtype=np.int64)
         sorted_keys, sorted_local = all_keys[take], all_local[take]
     records = ReplayRecords(
-        kinds=np.frombuffer(kinds, dtype=np.int8)[order].copy(),
-        insts=np.frombuffer(insts, dtype=np.int32)[order].copy(),
+        kinds=batch.kinds[order].copy(),
+        insts=batch.insts[order].copy(),
         times=t[order].copy(),
         key_off=new_off,
         keys=sorted_keys,
         local=sorted_local,
-        buckets=np.frombuffer(buckets, dtype=np.int32)[order].copy(),
+        buckets=batch.buckets[order].copy(),
     )
-    ttl_values = tuple(sorted(ttl_index, key=ttl_index.__getitem__))
-    inputs_sorted = np.frombuffer(inputs, dtype=np.int64)[order].copy()
-    return LoadedTrace(records, inputs_sorted, ttl_values, os.fspath(path), fmt)
+    return LoadedTrace(records, batch.inputs[order].copy(), ttl_values, os.fspath(path), fmt)

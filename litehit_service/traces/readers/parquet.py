@@ -37,7 +37,15 @@ import orjson
 
 from litehit_core import LocatedError
 
-__all__ = ["COLUMNS", "REQUIRED", "ROW_GROUP_ROWS", "ParquetLines", "schema", "write_parquet"]
+__all__ = [
+    "COLUMNS",
+    "REQUIRED",
+    "ROW_GROUP_ROWS",
+    "ParquetLines",
+    "batch_lines",
+    "schema",
+    "write_parquet",
+]
 
 COLUMNS = (
     "type",
@@ -103,14 +111,8 @@ class ParquetLines:
             return False
         except Exception as exc:  # noqa: BLE001 - a corrupt page: pyarrow's error types
             raise LocatedError(self._path, 0, f"not a readable Parquet file: {exc}") from None
-        columns = [batch.column(name).to_pylist() for name in self._columns]
-        dumps = orjson.dumps
-        out = self._buffer
-        for row in zip(*columns, strict=True):
-            pairs = zip(self._columns, row, strict=True)
-            record = {name: value for name, value in pairs if value is not None}
-            out += dumps(record)
-            out += b"\n"
+        for line in batch_lines(batch):
+            self._buffer += line
         return True
 
     def read(self, size: int = -1) -> bytes:
@@ -129,6 +131,19 @@ class ParquetLines:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def batch_lines(batch: Any) -> list[bytes]:
+    """The standard JSONL lines (each ending with ``\\n``) a Parquet record batch's rows
+    stand for: a row's null columns left out, as a JSONL line leaves the field out.
+    O(rows) Python objects: the slow path (every row checked by the line parser)."""
+    names = batch.schema.names
+    columns = [batch.column(name).to_pylist() for name in names]
+    dumps = orjson.dumps
+    return [
+        dumps({n: v for n, v in zip(names, row, strict=True) if v is not None}) + b"\n"
+        for row in zip(*columns, strict=True)
+    ]
 
 
 def _row(obj: dict[str, Any]) -> tuple[Any, ...]:

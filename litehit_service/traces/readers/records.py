@@ -91,7 +91,11 @@ class TraceReader:
       than one instance must route them (``override_instance_id`` / fan-out);
     - ``default_time_offset_ns``: what ``convert`` adds to every timestamp unless told
       otherwise: 1 ms for a format whose clock starts at 0 (Mooncake: the standard format
-      wants ``timestamp_ns > 0``), 0 for the others, whose values stay as they are.
+      wants ``timestamp_ns > 0``), 0 for the others, whose values stay as they are;
+    - ``columnar``: the format's records can be read by columns
+      (:func:`~litehit_service.traces.readers.columns.standard_chunks`: pyarrow tables of
+      the standard fields, the line parser as the slow path) -- the standard format, in
+      JSONL or Parquet.
 
     Whether the format takes an option (``block_size``, ``instance_id``, ``model``,
     ``kv_bytes_per_chunk``) is ``name in reader.options``.
@@ -105,6 +109,7 @@ class TraceReader:
     default_block_size: ClassVar[int | None] = None
     names_instances: ClassVar[bool] = True
     default_time_offset_ns: ClassVar[int] = 0
+    columnar: ClassVar[bool] = False
 
     def read(
         self,

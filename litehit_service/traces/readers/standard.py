@@ -233,6 +233,7 @@ class StandardReader(TraceReader):
 
     name = "standard"
     default_block_size = DEFAULT_BLOCK_SIZE
+    columnar = True
     example = (
         b'{"type":"request","instance_id":"a","trace_id":"r1","timestamp_ns":1000,'
         b'"keys":[1,2],"input_len":1100}\n'
