@@ -523,5 +523,12 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = {
         "convert (Qwen Bailian), prefix hashing",
         ("litehit_core.prefix_chain",),
     ),
+    "text": KernelFamily(
+        "litehit_core.text_kernels",
+        "table-formatting",
+        1.0,
+        "optimize's per-read CSVs",
+        ("litehit_core.text_kernels",),
+    ),
 }
 """Every family of compiled kernels, by name (``litehit warm-up`` compiles them all)."""

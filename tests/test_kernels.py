@@ -115,7 +115,7 @@ def test_a_cold_optimize_speaks_before_it_compiles(tmp_path: Path) -> None:
     done = run_cli("optimize", str(config), env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     err = done.stderr.splitlines()
-    assert err == [compile_notice("policy-replay"), err[-1]]
+    assert err == [compile_notice("policy-replay"), compile_notice("text"), err[-1]]
     assert err[-1].startswith("optimize: 12031 reads, 1 instances, ")
     assert " s compiling kernels, once after an install), " in err[-1]
     assert done.stdout.splitlines()[1].startswith("conv ")

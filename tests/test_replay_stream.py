@@ -40,7 +40,6 @@ def _fed(setup: ReplaySetup, records: list, ttl_values: list, rng: random.Random
 
 
 def _part(records, lo: int, hi: int):
-    k0, k1 = int(records.key_off[lo]), int(records.key_off[hi])
     return records._replace(
         kinds=records.kinds[lo:hi], insts=records.insts[lo:hi], times=records.times[lo:hi],
         key_off=records.key_off[lo : hi + 1], keys=records.keys, local=records.local,

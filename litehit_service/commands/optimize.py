@@ -93,7 +93,26 @@ def register(subparsers: Any) -> None:
         "per W seconds of trace time from the first read (W > 0; windows without reads "
         "are left out; default: no aggregate)",
     )
+    p.add_argument(
+        "--reorder-window-ms",
+        type=_non_negative_int,
+        default=None,
+        metavar="MS",
+        help="how far out of time order the trace's records may be: they are replayed in "
+        "time order (ties in file order) while held that long (default 1000 ms; 0: "
+        "sorted); a record later than that is an error naming it",
+    )
     p.set_defaults(func=run)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
 
 
 def _window_seconds(text: str) -> float:
@@ -117,8 +136,12 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.offline.pool import default_workers
     from litehit_service.optimizer.optimize.config import load_optimize_config
     from litehit_service.optimizer.optimize.outputs import summary_json, summary_text, write_outputs
-    from litehit_service.optimizer.optimize.parallel import run_parallel
-    from litehit_service.optimizer.optimize.trace import load_trace
+    from litehit_service.optimizer.optimize.parallel import run_parallel, runs_in_parallel
+    from litehit_service.optimizer.optimize.stream import (
+        DEFAULT_REORDER_WINDOW_MS,
+        stream_optimize,
+    )
+    from litehit_service.optimizer.optimize.trace import load_trace, open_trace_batches
 
     start = time.perf_counter()
     if args.ray_address is not None and args.executor != "ray":
@@ -128,29 +151,56 @@ def run(args: argparse.Namespace) -> int:
 
         raise UsageError(RAY_MISSING)
     config = load_optimize_config(config_path(args))
-    trace = load_trace(
-        config,
-        trace_format=args.trace_format,
-        instance=args.instance,
-        max_line_bytes=args.max_line_bytes,
-    )
-    load_kernels("policy-replay")  # before any fork: the workers inherit them
-    with progress_bar(len(trace.records.kinds), "records", "optimize") as advance:
-        result = run_parallel(
-            config,
-            trace,
-            workers=args.max_workers or default_workers(),
-            executor=args.executor,
-            ray_address=args.ray_address,
-            progress=advance,
-        )
     out_dir = args.output_dir or config.output_result_path
     window_ns = None if args.aggregate_window_s is None else round(args.aggregate_window_s * 1e9)
-    write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns)
+    workers = args.max_workers or default_workers()
+    trace = None
+    if args.compare_exact or runs_in_parallel(config, workers, args.executor):
+        trace = load_trace(
+            config,
+            trace_format=args.trace_format,
+            instance=args.instance,
+            max_line_bytes=args.max_line_bytes,
+        )
+        load_kernels("policy-replay")  # before any fork: the workers inherit them
+        with progress_bar(len(trace.records.kinds), "records", "optimize") as advance:
+            result = run_parallel(
+                config,
+                trace,
+                workers=workers,
+                executor=args.executor,
+                ray_address=args.ray_address,
+                progress=advance,
+            )
+        write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns)
+    else:  # one replay: streamed, memory following the cache
+        routing, batches, _ = open_trace_batches(
+            config,
+            trace_format=args.trace_format,
+            instance=args.instance,
+            max_line_bytes=args.max_line_bytes,
+        )
+        load_kernels("policy-replay")
+        load_kernels("text")
+        reorder_ms = (
+            DEFAULT_REORDER_WINDOW_MS if args.reorder_window_ms is None else args.reorder_window_ms
+        )
+        with progress_bar(batches.total, batches.unit, "optimize") as advance:
+            result = stream_optimize(
+                config,
+                routing,
+                batches,
+                out_dir,
+                window_ns=reorder_ms * 1_000_000,
+                draw_chart=args.draw_chart,
+                aggregate_window_ns=window_ns,
+                progress=advance,
+            )
     extra: dict[str, object] = {}
     if args.compare_exact:
         from litehit_service.optimizer.optimize.exact import exact_rates
 
+        assert trace is not None
         rates = exact_rates(config, trace, result)
         extra["compare_exact"] = [
             {

@@ -141,7 +141,7 @@ def byte_progress(total_bytes: int | None, desc: str) -> Iterator[Callable[[int]
 
 
 @contextmanager
-def progress_bar(total: int, unit: str, desc: str) -> Iterator[Callable[[int], object]]:
+def progress_bar(total: int | None, unit: str, desc: str) -> Iterator[Callable[[int], object]]:
     """Yield ``advance(n)``: a tqdm bar of ``total`` ``unit`` on stderr when stderr is a
     terminal (closed and erased when the block ends), else a no-op. O(1) per call."""
     if not sys.stderr.isatty():

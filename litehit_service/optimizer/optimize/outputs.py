@@ -35,12 +35,16 @@ __all__ = [
     "AGGREGATE_CSV",
     "AGGREGATE_HEADER",
     "CHART",
+    "PICTURE_DPI",
     "AggregateWindows",
     "aggregate_csv",
     "aggregate_figure",
     "aggregate_windows",
     "TIER_CHART",
     "csv_name",
+    "picture_figures",
+    "picture_names",
+    "picture_texts",
     "summary_json",
     "summary_text",
     "window_rate",
@@ -49,6 +53,8 @@ __all__ = [
     "write_outputs",
 ]
 
+PICTURE_DPI = 110
+"""Dots per inch of the charts."""
 CHART = os.path.join("timeseries", "multi_instance_cache_analysis.png")
 """The chart's path inside the output folder."""
 TIER_CHART = os.path.join("timeseries", "per_tier_timeseries.png")
@@ -95,17 +101,46 @@ def write_outputs(
     """Write every CSV (and the chart; with ``aggregate_window_ns`` the aggregate CSV and
     its chart) into ``out_dir`` (created if needed), all or nothing; the paths written.
     O(reads)."""
-    texts = [(csv_name(r.instance_id), format_csv(r.rows, r.tier_names)) for r in result.instances]
+    texts = [(csv_name(r.instance_id), format_csv(r.rows, r.tier_names)) for r in result.instances]  # type: ignore[arg-type]
+    texts += picture_texts(result, aggregate_window_ns)
+    figures = picture_figures(result, draw_chart, aggregate_window_ns)
+    return publish_files(out_dir, texts, figures, dpi=PICTURE_DPI)
+
+
+def picture_names(tiered: bool, draw_chart: bool, aggregate_window_ns: int | None) -> list[str]:
+    """The pictures' files (and the aggregate CSV) a run writes beside its CSVs, in the
+    order :func:`picture_texts` then :func:`picture_figures` give them."""
+    out = []
+    if aggregate_window_ns is not None:
+        out += [AGGREGATE_CSV, AGGREGATE_CHART]
+    if draw_chart:
+        out.append(CHART)
+        if tiered:
+            out.append(TIER_CHART)
+    return out
+
+
+def picture_texts(result: OptimizeResult, aggregate_window_ns: int | None) -> list[tuple[str, str]]:
+    """The aggregate CSV when asked (its rows need every read's row). O(reads)."""
+    if aggregate_window_ns is None:
+        return []
+    return [(AGGREGATE_CSV, aggregate_csv(aggregate_windows(result, aggregate_window_ns)))]
+
+
+def picture_figures(
+    result: OptimizeResult, draw_chart: bool, aggregate_window_ns: int | None
+) -> list[tuple[str, Figure]]:
+    """The charts asked for, by file name. O(reads)."""
     figures = []
     if aggregate_window_ns is not None:
-        windows = aggregate_windows(result, aggregate_window_ns)
-        texts.append((AGGREGATE_CSV, aggregate_csv(windows)))
-        figures.append((AGGREGATE_CHART, aggregate_figure(windows)))
+        figures.append(
+            (AGGREGATE_CHART, aggregate_figure(aggregate_windows(result, aggregate_window_ns)))
+        )
     if draw_chart:
         figures.append((CHART, timeseries_figure(result)))
         if any(r.tier_names for r in result.instances):
             figures.append((TIER_CHART, tier_figure(result)))
-    return publish_files(out_dir, texts, figures, dpi=110)
+    return figures
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from litehit_core.policy_replay import (
     InstanceSetup,
     ReplayResult,
@@ -22,17 +24,25 @@ from litehit_core.policy_replay import (
     replay,
 )
 from litehit_service.optimizer.optimize.config import WRITE_MODES, GroupConfig, OptimizeConfig
-from litehit_service.optimizer.optimize.rows import InstanceRows, instance_rows
+from litehit_service.optimizer.optimize.rows import InstanceRows, RowTotals, instance_rows
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 
-__all__ = ["InstanceResult", "OptimizeResult", "build_setup", "gather", "run_optimize"]
+__all__ = [
+    "InstanceResult",
+    "OptimizeResult",
+    "build_setup",
+    "check_delay",
+    "gather",
+    "run_optimize",
+]
 
 _INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
 class InstanceResult:
-    """One instance after the replay: its rows and totals (summed over its tiers).
+    """One instance after the replay: its rows (or, streamed without pictures, their
+    totals: :class:`~.rows.RowTotals`) and totals (summed over its tiers).
     ``capacity_blocks``: the group's quota in this instance's blocks (None = infinite;
     tiered: tier 0's); ``tier_names`` (empty untiered), and per tier the blocks cached at
     the end and evicted from it."""
@@ -40,7 +50,7 @@ class InstanceResult:
     instance_id: str
     group_name: str
     policy: str
-    rows: InstanceRows
+    rows: InstanceRows | RowTotals
     peak_cached_blocks: int
     cached_blocks: int
     evicted_blocks: int
@@ -107,9 +117,13 @@ class OptimizeResult:
     memory_bytes: int
 
 
-def build_setup(config: OptimizeConfig, trace: LoadedTrace) -> ReplaySetup:
-    """The compiled replay's setup for ``config`` (module docstring). LocatedError naming
-    ``trace_replay.write_delay_ns`` when a write's due time would pass int64. O(config)."""
+def build_setup(
+    config: OptimizeConfig, trace: LoadedTrace | None = None, *, ttl_values: tuple[int, ...] = ()
+) -> ReplaySetup:
+    """The compiled replay's setup for ``config`` (module docstring) and ``trace``'s TTLs
+    (without a trace: ``ttl_values``, a stream's so far). LocatedError naming
+    ``trace_replay.write_delay_ns`` when a write's due time in ``trace`` would pass int64
+    (a stream checks each batch: :func:`check_delay`). O(config)."""
     instances: list[InstanceSetup] = []
     members: list[tuple[int, ...]] = []
     for gi, group in enumerate(config.groups):
@@ -132,7 +146,23 @@ def build_setup(config: OptimizeConfig, trace: LoadedTrace) -> ReplaySetup:
                 )
             )
         members.append(tuple(range(first, len(instances))))
-    times = trace.records.times
+    if trace is not None:
+        check_delay(config, trace.records.times)
+    return ReplaySetup(
+        instances=tuple(instances),
+        quotas=tuple(g.quota_bytes for g in config.groups),
+        members=tuple(members),
+        ttl_values=trace.ttl_values if trace is not None else ttl_values,
+        eviction_mode=config.eviction_mode,
+        batch=config.batch_size,
+        delay_ns=config.write_delay_ns,
+        tiers=tuple(_tier_setup(g) for g in config.groups),
+    )
+
+
+def check_delay(config: OptimizeConfig, times: np.ndarray) -> None:
+    """LocatedError naming ``trace_replay.write_delay_ns`` when a record at one of
+    ``times`` (ns) would have its write due past int64. O(len(times))."""
     if len(times) and int(times.max()) > _INT64_MAX - config.write_delay_ns:
         raise config.error(
             "trace_replay.write_delay_ns",
@@ -141,16 +171,6 @@ def build_setup(config: OptimizeConfig, trace: LoadedTrace) -> ReplaySetup:
             f"most {_INT64_MAX - int(times.max())}, got "
             f"{config.write_delay_ns}",
         )
-    return ReplaySetup(
-        instances=tuple(instances),
-        quotas=tuple(g.quota_bytes for g in config.groups),
-        members=tuple(members),
-        ttl_values=trace.ttl_values,
-        eviction_mode=config.eviction_mode,
-        batch=config.batch_size,
-        delay_ns=config.write_delay_ns,
-        tiers=tuple(_tier_setup(g) for g in config.groups),
-    )
 
 
 def _tier_setup(group: GroupConfig) -> TierSetup | None:

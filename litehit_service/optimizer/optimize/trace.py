@@ -70,11 +70,11 @@ def open_trace_batches(
     instance names when the configuration has several). LocatedError for a bad option;
     a bad record raises when its batch is read."""
     path = config.trace_file_path
-    reader = (
-        get_reader(trace_format)
-        if trace_format
-        else detect_format(path, max_line_bytes=max_line_bytes)
-    )
+    reader = get_reader(trace_format) if trace_format else None  # an unknown name: refused
+    # a Parquet trace is read by its columns whatever was asked (its format is the file's)
+    reader = reader_of_container(container_of(path)) or reader
+    if reader is None:
+        reader = detect_format(path, max_line_bytes=max_line_bytes)
     instances = config.instances
     index = {inst.instance_id: i for i, inst in enumerate(instances)}
     if instance is not None and instance not in index:
@@ -103,9 +103,6 @@ def open_trace_batches(
         expires=np.array([i.policy.expires for i in instances], dtype=bool),
         default_ttl=np.array([config.groups[g].default_ttl_ns for g in group_of], dtype=np.int64),
     )
-    by_container = reader_of_container(container_of(path))
-    if by_container is not None:  # a Parquet trace is read by columns whatever was asked
-        reader = by_container
     events = None if reader.columnar else _events(reader, path, route, config, max_line_bytes)
     batches = trace_batches(reader, path, routing, events, max_line_bytes=max_line_bytes)
     return routing, batches, reader.name

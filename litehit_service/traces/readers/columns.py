@@ -25,10 +25,13 @@ from typing import Any, NamedTuple
 from litehit_core.lines import read_lines
 from litehit_service.traces.readers.compressed import container_of, open_bytes
 
-__all__ = ["CHUNK_BYTES", "TableChunk", "json_schema", "standard_chunks"]
+__all__ = ["CHUNK_BYTES", "PARQUET_BATCH_ROWS", "TableChunk", "json_schema", "standard_chunks"]
 
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 """About how many bytes of JSONL one chunk holds (whole lines)."""
+PARQUET_BATCH_ROWS = 16_384
+"""Rows per chunk of a Parquet trace (about the records of a JSONL chunk; a row group of
+the files ``convert`` writes holds four)."""
 
 
 @functools.cache
@@ -118,7 +121,6 @@ def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
     from litehit_service.traces.readers.parquet import (
         COLUMNS,
         REQUIRED,
-        ROW_GROUP_ROWS,
         batch_lines,
     )
 
@@ -138,7 +140,7 @@ def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
     def chunks() -> Iterator[TableChunk]:
         row = 1
         with file:
-            batches = file.iter_batches(batch_size=ROW_GROUP_ROWS, columns=columns)
+            batches = file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
             while True:
                 try:
                     batch = next(batches)

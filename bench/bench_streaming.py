@@ -1,0 +1,179 @@
+"""Production-size traces (issue 34): commands as users run them, wall and peak RSS, beside
+ONE tuned libCacheSim LRU pass over the same block accesses at the same capacity.
+
+Usage: python bench/bench_streaming.py [--copies 10 40] [--repeat 3] [--quota-blocks 100000]
+                                      [--commands optimize,replay]
+
+For each K in ``--copies`` the Mooncake conversation trace (``../shared``) is written K
+times over as standard JSONL (``_trace.write_standard_copies``: fresh keys and trace ids
+per copy, copies one after another in time) and converted to Parquet with ``litehit
+convert`` (timed: MB/s of JSONL in). Then, as fresh processes taking turns, best of
+``--repeat``:
+
+- ``litehit optimize`` (one ``lru`` instance, eviction mode 3, batch 100, quota
+  ``--quota-blocks`` blocks of 512 tokens x 4096 B/token) from the JSONL and from the
+  Parquet file;
+- ``litehit replay`` (the converted trace's ``--emit-config``: 30 capacities) from each;
+- libCacheSim 0.3.5 (``pip install libcachesim``): ``LRU(quota, hashpower fitted)
+  .process_trace`` over an oracleGeneral binary file of every key of every request, head
+  first (what the replay's ``lru`` touches), process CPU time in this process.
+
+Printed per command: wall, wall minus start-up (the same command on a one-record trace),
+the ratio of the latter to libCacheSim's pass, and the peak RSS (``wait4``). Targets: see
+issue 34 (optimize <= 1.5x from Parquet, <= 3x from JSONL; replay <= 2x / 3x; optimize
+peak RSS <= 350 MB at 40x and RSS(40x) <= 1.25 x RSS(10x); convert >= 100 MB/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _trace import write_standard_copies  # noqa: E402
+from bench_peers import write_oracle_general  # noqa: E402
+
+BLOCK_TOKENS, BYTES_PER_TOKEN = 512, 4096
+
+
+PEAK = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execv(sys.executable, [sys.executable, '-m', 'litehit_service', *sys.argv[1:]])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "print(f'peak-rss-kib {usage.ru_maxrss}', file=sys.stderr)\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+"""Runs ``litehit ARGV`` in a fresh, small parent: a child's peak RSS counts the memory of
+the process it was forked from until its ``exec`` (Linux keeps the high-water mark across
+``exec``), so forking from this benchmark (which holds the trace's keys) would inflate it."""
+
+
+def run(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of ``litehit ARGV`` as a fresh process."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", PEAK, *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"litehit {' '.join(argv)} failed:\n{proc.stderr}")
+    peak = int(proc.stderr.rsplit("peak-rss-kib ", 1)[1])
+    return wall, peak * 1024
+
+
+def policy_config(path: Path, trace: Path, out: Path, quota_blocks: int) -> Path:
+    path.write_text(json.dumps({
+        "trace_file_path": str(trace), "output_result_path": str(out),
+        "eviction_params": {"eviction_mode": 3, "eviction_batch_size_per_instance": 100},
+        "instance_groups": [{
+            "group_name": "g",
+            "quota_capacity": quota_blocks * BLOCK_TOKENS * BYTES_PER_TOKEN / 2**30,
+            "instances": [{"instance_id": "conv", "block_size": BLOCK_TOKENS,
+                           "bytes_per_token": BYTES_PER_TOKEN, "eviction_policy_type": "lru"}],
+        }],
+    }))  # fmt: skip
+    return path
+
+
+def lcs_seconds(jsonl: Path, capacity: int, repeat: int, work: Path) -> tuple[float, int]:
+    """Best process CPU seconds of one tuned libCacheSim LRU pass, and the accesses."""
+    import libcachesim as lcs
+
+    keys = []
+    with open(jsonl, "rb") as fh:
+        for line in fh:
+            keys.append(np.asarray(json.loads(line)["keys"], dtype=np.int64))
+    flat = np.concatenate(keys)
+    unique = len(np.unique(flat))
+    trace_file = work / "trace.oracleGeneral"
+    write_oracle_general(flat, trace_file)
+    power = math.ceil(math.log2(unique)) + 1
+    best = math.inf
+    for _ in range(repeat):
+        reader = lcs.TraceReader(str(trace_file), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        started = time.process_time()
+        lcs.LRU(capacity, hashpower=power).process_trace(reader)
+        best = min(best, time.process_time() - started)
+    trace_file.unlink()
+    return best, len(flat)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, nargs="+", default=[10, 40])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quota-blocks", type=int, default=100_000)
+    ap.add_argument("--commands", default="optimize,replay")
+    args = ap.parse_args()
+    commands = args.commands.split(",")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="bench_streaming_"))
+    tiny = work / "tiny.jsonl"
+    write_standard_copies(tiny, 1)
+    tiny.write_text(tiny.read_text().splitlines()[0] + "\n")
+    startup = {
+        "optimize": min(run(["optimize", str(policy_config(work / "tiny.json", tiny,
+                                                           work / "o", args.quota_blocks))])[0]
+                        for _ in range(args.repeat)),
+    }  # fmt: skip
+    run(["convert", str(tiny), "-o", str(work / "tiny.parquet"),
+         "--emit-config", str(work / "tiny_replay.json"), "--block-size", "512"])  # fmt: skip
+    startup["replay"] = min(run(["replay", str(work / "tiny_replay.json"), "-o",
+                                 str(work / "r")])[0] for _ in range(args.repeat))  # fmt: skip
+    print(f"start-up (one-record trace): optimize {startup['optimize']:.2f} s, replay "
+          f"{startup['replay']:.2f} s")  # fmt: skip
+    for copies in args.copies:
+        jsonl = work / f"t{copies}.jsonl"
+        records, accesses = write_standard_copies(jsonl, copies)
+        parquet = work / f"t{copies}.parquet"
+        size = jsonl.stat().st_size
+        conv = min(run(["convert", str(jsonl), "-o", str(parquet),
+                        "--emit-config", str(work / f"r{copies}.json")])[0]
+                   for _ in range(args.repeat))  # fmt: skip
+        base, n = lcs_seconds(jsonl, args.quota_blocks, args.repeat, work)
+        print(f"\n{copies}x: {records:,} requests, {accesses:,} block accesses, JSONL "
+              f"{size / 1e6:.0f} MB, Parquet {parquet.stat().st_size / 1e6:.1f} MB; convert "
+              f"to Parquet {conv:.2f} s = {size / 1e6 / conv:.0f} MB/s of JSONL; "
+              f"libCacheSim LRU at {args.quota_blocks:,} blocks: {base:.2f} s")  # fmt: skip
+        sides = {}
+        for source in (jsonl, parquet):
+            tag = "Parquet" if source == parquet else "JSONL"
+            if "optimize" in commands:
+                cfg = policy_config(work / f"p{copies}{tag}.json", source, work / "o",
+                                    args.quota_blocks)  # fmt: skip
+                sides[f"optimize from {tag}"] = ("optimize", ["optimize", str(cfg)])
+            if "replay" in commands:
+                replay_cfg = json.loads((work / f"r{copies}.json").read_text())
+                replay_cfg["trace_file_path"] = str(source)
+                cfg = work / f"rc{copies}{tag}.json"
+                cfg.write_text(json.dumps(replay_cfg))
+                sides[f"replay from {tag}"] = ("replay", ["replay", str(cfg), "-o",
+                                                          str(work / "r")])  # fmt: skip
+        results: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+        for _ in range(args.repeat):
+            for name, (_, argv) in sides.items():
+                results[name].append(run(argv))
+        for name, (command, _) in sides.items():
+            wall = min(w for w, _ in results[name])
+            rss = max(r for _, r in results[name])
+            net = wall - startup[command]
+            print(f"  {name:22s} wall {wall:6.2f} s, minus start-up {net:6.2f} s = "
+                  f"{net / base:4.2f}x libCacheSim; peak RSS {rss / 2**20:6.0f} MiB")  # fmt: skip
+        for path in (jsonl, parquet):
+            path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""``litehit optimize`` streamed: batches in, the replay's state and one batch held.
+
+:func:`stream_optimize` reads the trace batch by batch (:func:`~.trace.open_trace_batches`),
+puts the records in time order within a bounded reorder window (:class:`Reorder`), feeds
+them to one :class:`~litehit_core.policy_replay.Replayer` and appends each batch's rows to
+the instances' CSVs as they come (:func:`~.rows.csv_lines` continues the running sums).
+Memory follows the cache -- the replay's arrays, the writes still pending, the records of
+the reorder window and one batch -- not the trace. The pictures (``--draw-chart``,
+``--aggregate-window-s``) need every read's row: only then are the rows kept (~100 bytes a
+read per instance).
+
+The CSVs are written to temporaries beside their final paths and renamed at the end, all
+together: a bad record late in the trace, an interrupt or a full disk leave no output.
+Records are checked batch by batch, so such an error comes after the replay of the
+batches before it (the run's time, not its outputs, is lost).
+
+Spec §2 sorts the records stably by time before the replay; a stream can sort only what
+it holds: records are held until the trace has moved ``window_ns`` past them, then
+released in time order (ties in file order), so any trace whose records are at most the
+window out of order replays exactly as sorted; a record further out of order is refused,
+naming it and the two ways out (a wider ``--reorder-window-ms``, or ``litehit convert``,
+which writes sorted traces).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from litehit_core import LocatedError
+from litehit_core.policy_replay import Replayer, ReplayRecords
+from litehit_service.offline.outputs import atomic_outputs, new_dirs
+from litehit_service.optimizer.optimize.columns import Batch, Routing, TraceBatches
+from litehit_service.optimizer.optimize.config import (
+    GroupConfig,
+    InstanceConfig,
+    OptimizeConfig,
+)
+from litehit_service.optimizer.optimize.outputs import (
+    PICTURE_DPI,
+    csv_name,
+    picture_figures,
+    picture_names,
+    picture_texts,
+)
+from litehit_service.optimizer.optimize.rows import (
+    InstanceRows,
+    RowTotals,
+    Running,
+    concat_rows,
+    csv_header,
+    csv_lines,
+    instance_rows,
+)
+from litehit_service.optimizer.optimize.run import (
+    InstanceResult,
+    OptimizeResult,
+    build_setup,
+    check_delay,
+)
+
+__all__ = ["DEFAULT_REORDER_WINDOW_MS", "Reorder", "stream_optimize"]
+
+DEFAULT_REORDER_WINDOW_MS = 1000
+"""How far out of time order a record may be by default (ms), as the log converters."""
+
+
+class Reorder:
+    """Batches in file order -> batches in time order, stable (module docstring): holds
+    the records within ``window_ns`` of the latest time seen. A record earlier than one
+    already released is a LocatedError naming its line. O(records log batch)."""
+
+    def __init__(self, window_ns: int, path: str) -> None:
+        self.window_ns = window_ns
+        self.path = path
+        self.held: Batch | None = None
+        self.released = np.iinfo(np.int64).min  # the latest time released
+        self.latest = np.iinfo(np.int64).min
+
+    def push(self, batch: Batch) -> Batch:
+        """Take ``batch``; give the records now due, in time order."""
+        times = batch.times
+        if len(times):
+            early = np.flatnonzero(times < self.released)
+            if len(early):
+                i = int(early[0])
+                raise LocatedError(
+                    self.path,
+                    int(batch.lines[i]),
+                    f"timestamp_ns {int(times[i])} is more than the reorder window "
+                    f"({self.window_ns / 1e6:g} ms) before a record already replayed "
+                    f"(at {self.released} ns): the trace is out of time order; widen "
+                    "--reorder-window-ms, or sort it with 'litehit convert TRACE -o "
+                    "SORTED.parquet'",
+                    "timestamp_ns",
+                )
+            self.latest = max(self.latest, int(times.max()))
+        both = batch if self.held is None else _concat(self.held, batch)
+        order = np.argsort(both.times, kind="stable")
+        cut = int(np.searchsorted(both.times[order], self.latest - self.window_ns, "right"))
+        out, self.held = _take(both, order[:cut]), _take(both, order[cut:])
+        if cut:
+            self.released = int(out.times[-1])
+        return out
+
+    def finish(self) -> Batch | None:
+        """The records still held, in time order."""
+        held, self.held = self.held, None
+        if held is None:
+            return None
+        return _take(held, np.argsort(held.times, kind="stable"))
+
+
+def _concat(a: Batch, b: Batch) -> Batch:
+    return Batch(*(np.concatenate(pair) for pair in zip(a, b, strict=True)))
+
+
+def _take(batch: Batch, order: np.ndarray) -> Batch:
+    """The records ``order`` of ``batch`` (their keys and masks with them)."""
+    n = len(batch.kinds)
+    if len(order) == n and (n == 0 or bool(np.all(order == np.arange(n)))):
+        return batch
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(batch.lens, out=off[1:])
+    lens = batch.lens[order]
+    new_off = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lens, out=new_off[1:])
+    take = np.repeat(off[:-1][order] - new_off[:-1], lens) + np.arange(
+        int(new_off[-1]), dtype=np.int64
+    )
+    return Batch(
+        batch.kinds[order], batch.insts[order], batch.times[order], lens,
+        batch.inputs[order], batch.keys[take], batch.local[take], batch.buckets[order],
+        batch.lines[order],
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Lane:
+    """One instance's output while the stream runs."""
+
+    file: TextIO
+    running: Running
+    totals: RowTotals
+    kept: list[InstanceRows]
+    tier_names: tuple[str, ...]
+
+
+def stream_optimize(
+    config: OptimizeConfig,
+    routing: Routing,
+    batches: TraceBatches,
+    out_dir: str,
+    *,
+    window_ns: int,
+    draw_chart: bool = False,
+    aggregate_window_ns: int | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> OptimizeResult:
+    """Replay the ``batches`` under ``config`` and write the outputs into ``out_dir``, all
+    or nothing (module docstring); ``progress(n)`` hears the units each batch consumed.
+    The result's instances carry :class:`RowTotals` (or, with pictures, every row)."""
+    names = [csv_name(i.instance_id) for i in config.instances]
+    pictures = draw_chart or aggregate_window_ns is not None
+    tiered = any(g.tiers for g in config.groups)
+    figures = picture_names(tiered, draw_chart, aggregate_window_ns)
+    paths = [os.path.join(out_dir, n) for n in [*names, *figures]]
+    with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
+        lanes = []
+        for inst, group, tmp in _members(config, tmps):
+            tier_names = tuple(t.name for t in group.tiers)
+            fh = open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed below
+            fh.write(csv_header(tier_names))
+            lanes.append(_Lane(fh, Running(), RowTotals(inst.block_size), [], tier_names))
+        try:
+            start = time.perf_counter()
+            replayer, memory = _replay(config, routing, batches, lanes, window_ns, pictures,
+                                       progress)  # fmt: skip
+            seconds = time.perf_counter() - start
+        finally:
+            for lane in lanes:
+                lane.file.close()
+        result = _result(config, replayer, lanes, seconds, memory, pictures)
+        if pictures:
+            to = dict(zip(figures, tmps[len(names) :], strict=True))
+            for name, text in picture_texts(result, aggregate_window_ns):
+                with open(to[name], "w", encoding="utf-8", newline="") as fh:
+                    fh.write(text)
+            for name, figure in picture_figures(result, draw_chart, aggregate_window_ns):
+                figure.savefig(to[name], format="png", dpi=PICTURE_DPI)
+    return result
+
+
+def _members(
+    config: OptimizeConfig, tmps: list[str]
+) -> Iterator[tuple[InstanceConfig, GroupConfig, str]]:
+    i = 0
+    for group in config.groups:
+        for inst in group.instances:
+            yield inst, group, tmps[i]
+            i += 1
+
+
+def _replay(
+    config: OptimizeConfig,
+    routing: Routing,
+    batches: TraceBatches,
+    lanes: list[_Lane],
+    window_ns: int,
+    keep: bool,
+    progress: Callable[[int], object] | None,
+) -> tuple[Replayer, int]:
+    replayer = Replayer(build_setup(config))
+    reorder = Reorder(window_ns, routing.path)
+    memory = 0
+    for batch, done in _then_finish(batches.batches, reorder):
+        check_delay(config, batch.times)
+        records = _records(batch)
+        rows = replayer.feed(records, ttl_values=routing.ttl_values)
+        for index, lane in enumerate(lanes):
+            mine = instance_rows(records, batch.inputs, rows, index,
+                                 lane.totals.block_size, len(lane.tier_names))  # fmt: skip
+            if not mine.reads:
+                continue
+            lane.file.write(csv_lines(mine, lane.tier_names, lane.running))
+            lane.totals.add(mine)
+            if keep:
+                lane.kept.append(mine)
+        memory = max(memory, _held(replayer, reorder, batch))
+        if progress is not None and done:
+            progress(done)
+    return replayer, memory
+
+
+def _then_finish(
+    batches: Iterator[tuple[Batch, int]], reorder: Reorder
+) -> Iterator[tuple[Batch, int]]:
+    """The reorder window's output for each batch read, then what it still holds."""
+    for batch, done in batches:
+        yield reorder.push(batch), done
+    rest = reorder.finish()
+    if rest is not None:
+        yield rest, 0
+
+
+def _records(batch: Batch) -> ReplayRecords:
+    off = np.zeros(len(batch.kinds) + 1, dtype=np.int64)
+    np.cumsum(batch.lens, out=off[1:])
+    return ReplayRecords(
+        kinds=batch.kinds, insts=batch.insts, times=batch.times, key_off=off,
+        keys=batch.keys, local=batch.local, buckets=batch.buckets,
+    )  # fmt: skip
+
+
+def _held(replayer: Replayer, reorder: Reorder, batch: Batch) -> int:
+    """Bytes of records held besides the cache (the carry, the window, this batch)."""
+    held = sum(a.nbytes for a in replayer.carry)
+    if reorder.held is not None:
+        held += sum(a.nbytes for a in reorder.held)
+    return held + sum(a.nbytes for a in batch)
+
+
+def _result(
+    config: OptimizeConfig,
+    replayer: Replayer,
+    lanes: list[_Lane],
+    seconds: float,
+    held: int,
+    keep: bool,
+) -> OptimizeResult:
+    result = replayer.finish()
+    out: list[InstanceResult] = []
+    for index, (inst, group, _) in enumerate(_members(config, [""] * len(lanes))):
+        lane = lanes[index]
+        quota = group.tier_quota_bytes(0) if group.tiers else group.quota_bytes
+        n = len(lane.tier_names)
+        rows: InstanceRows | RowTotals = lane.totals
+        if keep:
+            rows = concat_rows(lane.kept) if lane.kept else _no_rows(inst.block_size, n)
+        out.append(
+            InstanceResult(
+                instance_id=inst.instance_id,
+                group_name=group.group_name,
+                policy=inst.policy.name,
+                rows=rows,
+                peak_cached_blocks=int(result.peak[index]),
+                cached_blocks=int(result.cached[index]),
+                evicted_blocks=int(result.evicted[index]),
+                expired_blocks=int(result.expired[index]),
+                written_blocks=int(result.written[index]),
+                capacity_blocks=None if quota < 0 else quota // inst.bytes_per_block,
+                tier_names=lane.tier_names,
+                tier_cached_blocks=tuple(int(v) for v in result.tier_cached[index, :n]),
+                tier_evicted_blocks=tuple(int(v) for v in result.tier_evicted[index, :n]),
+            )
+        )
+    return OptimizeResult(tuple(out), seconds, result.memory_bytes + held)
+
+
+def _no_rows(block_size: int, tiers: int) -> InstanceRows:
+    empty = np.zeros(0, dtype=np.int64)
+    none = np.zeros((0, tiers), dtype=np.int64)
+    return InstanceRows(empty, empty, empty, empty, empty, empty, empty, empty, block_size,
+                        none, none)  # fmt: skip
