@@ -64,49 +64,69 @@ from litehit_service.optimizer.optimize.run import (
     check_delay,
 )
 
-__all__ = ["DEFAULT_REORDER_WINDOW_MS", "Reorder", "stream_optimize"]
+__all__ = ["DEFAULT_REORDER_WINDOW_MS", "HELD_KEYS", "Reorder", "stream_optimize"]
 
 DEFAULT_REORDER_WINDOW_MS = 1000
 """How far out of time order a record may be by default (ms), as the log converters."""
 
 
+HELD_KEYS = 1 << 20
+"""The most keys (plus records) the reorder window holds: ~10 MB. A trace so dense that
+the window's span of time holds more releases its oldest records early (the window
+narrows, and an error for a record out of order says so)."""
+
+
 class Reorder:
     """Batches in file order -> batches in time order, stable (module docstring): holds
-    the records within ``window_ns`` of the latest time seen. A record earlier than one
-    already released is a LocatedError naming its line. O(records log batch)."""
+    the records within ``window_ns`` of the latest time seen, at most :data:`HELD_KEYS`
+    keys and records. A record earlier than one already released is a LocatedError naming
+    its line. O(records log batch)."""
 
-    def __init__(self, window_ns: int, path: str) -> None:
+    def __init__(self, window_ns: int, path: str, held_keys: int = HELD_KEYS) -> None:
         self.window_ns = window_ns
         self.path = path
+        self.held_keys = held_keys
         self.held: Batch | None = None
         self.released = np.iinfo(np.int64).min  # the latest time released
-        self.latest = np.iinfo(np.int64).min
+        self.latest = np.iinfo(np.int64).min // 2  # the latest time seen (no overflow below)
 
     def push(self, batch: Batch) -> Batch:
         """Take ``batch``; give the records now due, in time order."""
         times = batch.times
         if len(times):
-            early = np.flatnonzero(times < self.released)
-            if len(early):
-                i = int(early[0])
-                raise LocatedError(
-                    self.path,
-                    int(batch.lines[i]),
-                    f"timestamp_ns {int(times[i])} is more than the reorder window "
-                    f"({self.window_ns / 1e6:g} ms) before a record already replayed "
-                    f"(at {self.released} ns): the trace is out of time order; widen "
-                    "--reorder-window-ms, or sort it with 'litehit convert TRACE -o "
-                    "SORTED.parquet'",
-                    "timestamp_ns",
-                )
+            before = np.maximum.accumulate(np.r_[self.latest, times[:-1]])  # latest before each
+            late = (times < before - self.window_ns) | (times < self.released)
+            if late.any():
+                raise self._late(batch, int(np.argmax(late)))
             self.latest = max(self.latest, int(times.max()))
         both = batch if self.held is None else _concat(self.held, batch)
         order = np.argsort(both.times, kind="stable")
         cut = int(np.searchsorted(both.times[order], self.latest - self.window_ns, "right"))
+        weight = both.lens[order] + 1
+        after = np.cumsum(weight[::-1])[::-1]  # keys and records held from each index on
+        bounded = int(np.searchsorted(-after, -self.held_keys, "left"))  # first after <= cap
+        cut = max(cut, bounded)
         out, self.held = _take(both, order[:cut]), _take(both, order[cut:])
         if cut:
             self.released = int(out.times[-1])
         return out
+
+    def _late(self, batch: Batch, i: int) -> LocatedError:
+        t = int(batch.times[i])
+        latest = max(self.latest, int(batch.times[:i].max(initial=self.latest)))
+        if t >= latest - self.window_ns:  # within the window, but after the bound released
+            why = (f"before a record already replayed (at {self.released} ns): the window "
+                   f"holds at most {self.held_keys:,} keys and records")  # fmt: skip
+        else:
+            why = f"before an earlier line's {latest}"
+        return LocatedError(
+            self.path,
+            int(batch.lines[i]),
+            f"timestamp_ns {t} is more than the reorder window ({self.window_ns / 1e6:g} ms) "
+            f"{why}: the trace is out of time order; widen --reorder-window-ms, or sort it "
+            "with 'litehit convert TRACE -o SORTED.parquet'",
+            "timestamp_ns",
+        )
 
     def finish(self) -> Batch | None:
         """The records still held, in time order."""

@@ -10,9 +10,10 @@ first doubt, hands the chunk's lines to the line parser, which names the bad lin
 
 The JSON fast path takes a chunk only when every line holds one object (a blank line, two
 objects on a line or a line pyarrow refuses -- a mask given as an integer, a key beyond
-int64, a duplicate field -- sends the chunk to the line parser) and its bytes are valid
-UTF-8. pyarrow (multi-threaded, C++) parses ~250 MB/s on two cores where the line loop
-parses 20-60 MB/s. Memory: one chunk (its bytes, its lines and its table).
+int64, a duplicate field -- sends the chunk to the line parser), its bytes are valid UTF-8
+and hold no ``null`` (pyarrow cannot tell an explicit null from an absent field).
+pyarrow (multi-threaded, C++) parses ~250 MB/s on two cores where the line loop parses
+20-60 MB/s. Memory: one chunk (its bytes, its lines and its table).
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from typing import Any, NamedTuple
 from litehit_core.lines import read_lines
 from litehit_service.traces.readers.compressed import container_of, open_bytes
 
-__all__ = ["CHUNK_BYTES", "PARQUET_BATCH_ROWS", "TableChunk", "json_schema", "standard_chunks"]
+__all__ = [
+    "CHUNK_BYTES",
+    "PARQUET_BATCH_ROWS",
+    "TableChunk",
+    "json_schema",
+    "memory_pool",
+    "standard_chunks",
+]
 
 CHUNK_BYTES = 4 << 20
 """About how many bytes of JSONL one chunk holds (whole lines)."""
@@ -43,6 +51,16 @@ def json_schema() -> Any:
     from litehit_service.traces.readers.parquet import schema
 
     return pa.schema([*schema(), ("timestamp_us", pa.int64())])
+
+
+@functools.cache
+def memory_pool() -> Any:
+    """The allocator trace chunks are decoded into: the C library's, which gives freed
+    chunks back to the system (pyarrow's default, mimalloc, keeps them cached: ~50 MB more
+    peak RSS on a streamed replay, no faster)."""
+    import pyarrow as pa
+
+    return pa.system_memory_pool()
 
 
 class TableChunk(NamedTuple):
@@ -78,7 +96,7 @@ def _json_chunks(fh: Any, path: str, max_line_bytes: int) -> Iterator[TableChunk
     with fh:
         pending: list[bytes] = []
         size = 0
-        for lines in read_lines(fh, path, max_line_bytes, skip_bom=True):
+        for lines in read_lines(fh, path, max_line_bytes, skip_bom=True, chunk_bytes=CHUNK_BYTES):
             pending += lines
             size += sum(map(len, lines))
             if size >= CHUNK_BYTES:
@@ -95,9 +113,13 @@ def _json_chunk(lines: list[bytes], size: int, first: int, options: Any) -> Tabl
 
     data = b"".join(lines)
     table = None
-    if data.isascii() or _utf8(data):
+    # pyarrow reads an explicit null as an absent field; the line parser refuses some
+    # (``"ttl_us": null``) and takes others: a chunk with a null goes to the line parser
+    if b"null" not in data and (data.isascii() or _utf8(data)):
         try:
-            table = pj.read_json(pa.BufferReader(data), parse_options=options)
+            table = pj.read_json(
+                pa.BufferReader(data), parse_options=options, memory_pool=memory_pool()
+            )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             table = None
         if table is not None and table.num_rows != len(lines):
@@ -125,7 +147,7 @@ def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
     )
 
     try:
-        file = pq.ParquetFile(path)
+        file = pq.ParquetFile(path, memory_pool=memory_pool())
     except Exception as exc:  # noqa: BLE001 - pyarrow raises its own error types
         raise LocatedError(path, 0, f"not a readable Parquet file: {exc}") from None
     names = file.schema_arrow.names
