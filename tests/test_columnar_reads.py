@@ -89,8 +89,7 @@ ODD = {
     "empty instance": '{"type":"get","instance_id":"","timestamp_ns":5,"keys":[1],"input_len":40}',
     "other instance": '{"type":"get","instance_id":"zz","timestamp_ns":5,"keys":[1],'
     '"input_len":40}',
-    "instance number": '{"type":"get","instance_id":7,"timestamp_ns":5,"keys":[1],'
-    '"input_len":40}',
+    "instance number": '{"type":"get","instance_id":7,"timestamp_ns":5,"keys":[1],"input_len":40}',
     "array line": "[1,2]",
     "truncated": '{"type":"get","instance_id":"a","timestamp_ns":5,"keys":[1],',
     "trailing comma": '{"type":"get","instance_id":"a","timestamp_ns":5,"keys":[1],'

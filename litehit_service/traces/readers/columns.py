@@ -147,7 +147,7 @@ def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
     )
 
     try:
-        file = pq.ParquetFile(path, memory_pool=memory_pool())
+        file = pq.ParquetFile(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises its own error types
         raise LocatedError(path, 0, f"not a readable Parquet file: {exc}") from None
     names = file.schema_arrow.names
