@@ -272,3 +272,80 @@ def test_an_empty_instance_id_is_refused_even_when_routed(tmp_path: Path, capsys
     assert capsys.readouterr().err.startswith(
         f"{source}:2: field 'instance_id' must be a non-empty string; got \"\""
     )
+
+
+def _expected_rows(jsonl: Path) -> list[dict]:
+    """What a Parquet trace holds for each record of ``jsonl``, read literally from the
+    schema's documentation (blank lines skipped, their numbers kept for default ids)."""
+    out = []
+    for n, line in enumerate(jsonl.read_text().split("\n"), 1):
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        mask = obj.get("block_mask")
+        if type(mask) is int:
+            mask = [k < mask for k in range(len(obj["keys"]))]
+        out.append({"type": obj["type"], "instance_id": obj["instance_id"],
+                    "trace_id": obj.get("trace_id", str(n)),
+                    "timestamp_ns": obj["timestamp_ns"], "keys": obj["keys"],
+                    "input_len": None if obj["type"] == "write" else obj.get("input_len"),
+                    "block_mask": mask, "ttl_us": obj.get("ttl_us") or None})  # fmt: skip
+    return out
+
+
+def _list_masks_trace(path: Path, n: int, blank_at: int | None = None) -> Path:
+    """A trace the column path takes whole: list masks, TTLs, ids left out, extras."""
+    rng = random.Random(5)
+    lines = []
+    for i in range(n):
+        keys = [rng.randrange(50) for _ in range(rng.randint(1, 5))]
+        kind = rng.choice(["get", "request", "write"])
+        rec: dict = {"type": kind, "instance_id": rng.choice("ab"), "timestamp_ns": 10 + i,
+                     "keys": keys, "extra": [i]}  # fmt: skip
+        if rng.random() < 0.5:
+            rec["trace_id"] = f"t{i}"
+        if kind != "write":
+            rec["input_len"] = 4 * len(keys) + 1
+            if rng.random() < 0.3:
+                rec["block_mask"] = [rng.random() < 0.5 for _ in keys]
+        elif rng.random() < 0.5:
+            rec["ttl_us"] = rng.choice([-1, 0, 7])
+        lines.append(json.dumps(rec))
+    if blank_at is not None:
+        lines.insert(blank_at, "")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("chunk", "blank_at"), [(1 << 20, None), (300, None), (300, 37)])
+def test_the_column_convert_writes_every_value_as_the_schema_says(
+    tmp_path: Path, monkeypatch, chunk: int, blank_at: int | None
+) -> None:
+    """Catches the column path of ``convert`` (standard -> Parquet) changing a value:
+    timestamps shifted, ids left out written differently from the line path (or numbered
+    from the row, not the line, after a blank line), masks, TTLs, a write's input_len;
+    and row groups of the documented size."""
+    monkeypatch.setattr("litehit_service.traces.readers.columns.CHUNK_BYTES", chunk)
+    monkeypatch.setattr("litehit_service.traces.convert.columnar.ROW_GROUP_ROWS", 100)
+    trace = _list_masks_trace(tmp_path / "t.jsonl", 450, blank_at)
+    out = tmp_path / "t.parquet"
+    assert main(["convert", str(trace), "-o", str(out)]) == 0
+    assert pq.read_table(out).to_pylist() == _expected_rows(trace)
+    groups = pq.ParquetFile(out).metadata
+    assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] == [100] * 4 + [50]
+
+
+def test_the_column_convert_refuses_time_going_backwards_at_its_line(tmp_path, capsys) -> None:
+    """Catches an unsorted trace written as it is (a replay would then sort it anew)."""
+    trace = _list_masks_trace(tmp_path / "t.jsonl", 200)
+    lines = trace.read_text().splitlines()
+    late = json.loads(lines[150])
+    late["timestamp_ns"] = 3
+    lines[150] = json.dumps(late)
+    trace.write_text("\n".join(lines) + "\n")
+    assert main(["convert", str(trace), "-o", str(tmp_path / "o.parquet")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"{trace}:151: timestamp goes backwards: 3 ns is before the previous event's 159 ns "
+        "(line 150); sort it first"
+    )
+    assert not (tmp_path / "o.parquet").exists()

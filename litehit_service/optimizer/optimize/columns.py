@@ -31,7 +31,7 @@ import numpy as np
 
 from litehit_core import LocatedError
 from litehit_core.policy_replay.loop import GET, REQUEST, WRITE
-from litehit_service.traces.readers.records import INT64_MAX, TraceEvent, TraceReader
+from litehit_service.traces.readers.records import EVENT_KINDS, TraceEvent, TraceReader
 
 __all__ = [
     "EVENTS_PER_BATCH",
@@ -88,131 +88,51 @@ class Routing:
         return tuple(self.ttl_index)
 
 
-def _column(table: Any, name: str) -> Any:
-    return table.column(name).combine_chunks() if name in table.column_names else None
+_KIND_CODES = np.array([_KINDS[k] for k in EVENT_KINDS], dtype=np.int8)
+"""The replay's kind code of each standard kind, by its index in ``EVENT_KINDS``."""
 
 
 def table_batch(table: Any, first_line: int, routing: Routing) -> Batch | None:
     """The batch of a pyarrow table of standard records (one row per line from
     ``first_line``), or None when a row needs the line parser's judgement (module
-    docstring); ``routing.ttl_index`` grows only when a batch is returned. O(rows + keys)
+    docstring): the format's rules (:func:`~litehit_service.traces.readers.columns.
+    standard_columns`), then the routing's (a configured instance, keys that fit the
+    prompt). ``routing.ttl_index`` grows only when a batch is returned. O(rows + keys)
     numpy passes, no Python object per row."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from litehit_service.traces.readers.columns import standard_columns
+
+    cols = standard_columns(table)
+    if cols is None:
+        return None
     n = table.num_rows
-    kind_col = _column(table, "type")
-    inst_col = _column(table, "instance_id")
-    time_col = _column(table, "timestamp_ns")
-    keys_col = _column(table, "keys")
-    if any(c is None or c.null_count for c in (kind_col, inst_col, time_col, keys_col)):
-        return None  # (a JSONL line with timestamp_us has a null timestamp_ns)
-    if not pa.types.is_list(keys_col.type) or not pa.types.is_int64(keys_col.type.value_type):
-        return None
-    if keys_col.values.null_count or not pa.types.is_int64(time_col.type):
-        return None
-    us_col = _column(table, "timestamp_us")
-    if us_col is not None and us_col.null_count < n:
-        return None
-    trace_col = _column(table, "trace_id")
-    strings = (kind_col, inst_col) + ((trace_col,) if trace_col is not None else ())
-    if not all(pa.types.is_string(c.type) for c in strings):
-        return None
-    if pc.any(pc.equal(pc.utf8_length(inst_col), 0)).as_py():  # checked even when routed
-        return None
-    kinds = np.full(n, -1, dtype=np.int8)
-    for name, code in _KINDS.items():
-        kinds[pc.equal(kind_col, name).to_numpy(zero_copy_only=False)] = code
-    times = time_col.to_numpy()
-    if (kinds < 0).any() or (times <= 0).any():
-        return None
+    kinds = _KIND_CODES[cols.kinds]
     if routing.route is not None:
         insts = np.full(n, routing.index[routing.route], dtype=np.int32)
     else:
         names = list(routing.index)
-        found = pc.index_in(inst_col, value_set=pa.array(names, type=pa.string()))
-        if found.null_count:  # an unconfigured (or empty) instance id
+        found = pc.index_in(cols.instances, value_set=pa.array(names, type=pa.string()))
+        if found.null_count:  # an unconfigured instance id
             return None
         insts = found.to_numpy().astype(np.int32)
-    offsets = keys_col.offsets.to_numpy().astype(np.int64)
-    keys = keys_col.values.to_numpy().astype(np.int64, copy=False)
-    lens = np.diff(offsets)
-    keys = keys[offsets[0] : offsets[-1]]
+    lens = np.diff(cols.offsets)
     reads = kinds != WRITE
-    inputs = np.zeros(n, dtype=np.int64)
-    input_col = _column(table, "input_len")
-    if input_col is not None:
-        if not pa.types.is_int64(input_col.type):
-            return None
-        valid = input_col.is_valid().to_numpy(zero_copy_only=False)
-        values = input_col.fill_null(0).to_numpy()
-        if (reads & ~valid).any() or (reads & (values <= 0)).any():
-            return None
-        if (~reads & valid & (values < 0)).any():
-            return None
-        inputs = np.where(reads, values, 0)
-    elif reads.any():
-        return None
+    inputs = np.where(reads, cols.inputs, 0)
     room = inputs // routing.block_sizes[insts]
     if (reads & (lens > room)).any():
         return None
-    local = _local(table, n, reads, lens, offsets)
-    if local is None:
-        return None
-    buckets = _buckets(table, n, kinds, insts, routing)
-    if buckets is None:
-        return None
+    buckets = _buckets(cols.ttl_us, n, kinds, insts, routing)
     lines = np.arange(first_line, first_line + n, dtype=np.int64)
-    return Batch(kinds, insts, times, lens, inputs, keys, local, buckets, lines)
-
-
-def _local(
-    table: Any, n: int, reads: np.ndarray, lens: np.ndarray, offsets: np.ndarray
-) -> np.ndarray | None:
-    """Per key, 1 where the row's ``block_mask`` marks it local (None: a doubtful mask)."""
-    import pyarrow as pa
-
-    local = np.zeros(int(lens.sum()), dtype=np.uint8)
-    mask_col = _column(table, "block_mask")
-    if mask_col is None or mask_col.null_count == n:
-        return local
-    if not pa.types.is_list(mask_col.type) or not pa.types.is_boolean(mask_col.type.value_type):
-        return None
-    has = mask_col.is_valid().to_numpy(zero_copy_only=False)
-    if (has & ~reads).any():  # a mask on a write
-        return None
-    mask_lens = mask_col.value_lengths().fill_null(0).to_numpy()
-    if (has & (mask_lens != lens)).any():
-        return None
-    flat_col = mask_col.flatten()  # null lists add nothing
-    if flat_col.null_count:
-        return None
-    flat = flat_col.to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(has)
-    counts = lens[rows]
-    starts = (offsets[:-1] - offsets[0])[rows]
-    before = np.cumsum(counts) - counts  # where each row's mask starts in ``flat``
-    local[np.repeat(starts - before, counts) + np.arange(flat.size)] = flat
-    return local
+    return Batch(kinds, insts, cols.times, lens, inputs, cols.keys, cols.local, buckets, lines)
 
 
 def _buckets(
-    table: Any, n: int, kinds: np.ndarray, insts: np.ndarray, routing: Routing
-) -> np.ndarray | None:
+    ttl_us: np.ndarray, n: int, kinds: np.ndarray, insts: np.ndarray, routing: Routing
+) -> np.ndarray:
     """Per row its TTL bucket (-1: none), new TTLs added to ``routing.ttl_index`` in
-    first-seen order (None: a doubtful ``ttl_us``; nothing added)."""
-    import pyarrow as pa
-
-    ttl_us = np.zeros(n, dtype=np.int64)
-    ttl_col = _column(table, "ttl_us")
-    if ttl_col is not None:
-        if not pa.types.is_int64(ttl_col.type):
-            return None
-        ttl_us = ttl_col.fill_null(0).to_numpy()
-        if ((kinds == GET) & (ttl_us != 0)).any():
-            return None
-        if ((ttl_us < -1) | (ttl_us > INT64_MAX // 1000)).any():
-            return None
+    first-seen order."""
     default = routing.default_ttl[insts]
     ttl = np.where(ttl_us > 0, ttl_us * 1000, np.where(ttl_us < 0, 0, default))
     bucketed = (kinds != GET) & routing.expires[insts] & (ttl > 0)

@@ -158,13 +158,19 @@ def convert_trace(
                     )  # fmt: skip
                 note = _emit_config(emit_config, tmp_paths, output, instances, size, {},
                                     kv_bytes_per_chunk)  # fmt: skip
+            elif source.columnar and output_container(output, to) == "parquet":
+                count, instances, note = _convert_columns(
+                    paths[0], output, block_size or source.default_block_size or 0,
+                    kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
+                )  # fmt: skip
             else:
                 count, instances, note = _convert(
                     source_format, paths[0], output, block_size, instance_id, model,
                     kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
                 )  # fmt: skip
             container = output_container(output, to)
-            if container != "jsonl":  # written as JSONL first; now into its container
+            if container != "jsonl" and not (source.columnar and container == "parquet"):
+                # written as JSONL first; now into its container
                 plain = tmp_paths[0] + ".jsonl"
                 os.replace(tmp_paths[0], plain)
                 try:
@@ -261,6 +267,30 @@ def _convert(
         raise LocatedError(input_path, 0, "no events to convert")
 
     note = _emit_config(emit_config, tmp_paths, output, instances, block_size, sizes,
+                        kv_bytes_per_chunk)  # fmt: skip
+    return count, instances, note
+
+
+def _convert_columns(
+    input_path: str,
+    output: str,
+    block_size: int,
+    kv_bytes_per_chunk: int | None,
+    time_offset_ns: int,
+    emit_config: str | None,
+    tmp_paths: list[str],
+    max_line_bytes: int,
+) -> tuple[int, list[str], str]:
+    """A standard trace to Parquet by columns (:mod:`.columnar`); as :func:`_convert`."""
+    from litehit_service.traces.convert.columnar import convert_columns
+
+    with byte_progress(plain_size(input_path), "convert") as advance:
+        count, instances = convert_columns(
+            input_path, tmp_paths[0], time_offset_ns, max_line_bytes, advance
+        )
+    if count == 0:
+        raise LocatedError(input_path, 0, "no events to convert")
+    note = _emit_config(emit_config, tmp_paths, output, instances, block_size, {},
                         kv_bytes_per_chunk)  # fmt: skip
     return count, instances, note
 

@@ -23,16 +23,21 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from litehit_core.lines import read_lines
 from litehit_service.traces.readers.compressed import container_of, open_bytes
+from litehit_service.traces.readers.records import EVENT_KINDS, INT64_MAX
 
 __all__ = [
     "CHUNK_BYTES",
     "PARQUET_BATCH_ROWS",
+    "StandardColumns",
     "TableChunk",
     "json_schema",
     "memory_pool",
     "standard_chunks",
+    "standard_columns",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -175,3 +180,128 @@ def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
                 row += batch.num_rows
 
     return "rows", file.metadata.num_rows, chunks()
+
+
+class StandardColumns(NamedTuple):
+    """A chunk's records by columns, every value checked by the standard format's rules:
+    ``kinds`` (int8, the index in :data:`~.records.EVENT_KINDS`: get, request, write),
+    ``times`` (int64 ns), ``offsets`` (int64, rows + 1, into ``keys``), ``keys`` (int64),
+    ``inputs`` (int64 prompt tokens; a write's as given, 0 when absent), ``local`` (uint8
+    per key, 1 where the row's ``block_mask`` marks it), ``ttl_us`` (int64, 0 when
+    absent); and the table's ``instance_id`` column (pyarrow strings)."""
+
+    kinds: np.ndarray
+    times: np.ndarray
+    offsets: np.ndarray
+    keys: np.ndarray
+    inputs: np.ndarray
+    local: np.ndarray
+    ttl_us: np.ndarray
+    instances: Any
+
+
+GET, REQUEST, WRITE = (EVENT_KINDS.index(k) for k in ("get", "request", "write"))
+
+
+def _column(table: Any, name: str) -> Any:
+    return table.column(name).combine_chunks() if name in table.column_names else None
+
+
+def standard_columns(table: Any) -> StandardColumns | None:
+    """The columns of a pyarrow table of standard records when every row keeps the
+    standard format's rules (the line parser's: kinds, a non-empty instance, ``timestamp_ns``
+    in [1, 2**63-1], int64 keys, ``input_len`` > 0 on a read and >= 0 on a write, a mask of
+    one boolean per key on reads only, ``ttl_us`` 0 on a get and in [-1, 2**63-1 // 1000]
+    elsewhere, a string ``trace_id``); None at the first doubt (the line parser decides).
+    O(rows + keys) numpy passes, no Python object per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    kind_col = _column(table, "type")
+    inst_col = _column(table, "instance_id")
+    time_col = _column(table, "timestamp_ns")
+    keys_col = _column(table, "keys")
+    if any(c is None or c.null_count for c in (kind_col, inst_col, time_col, keys_col)):
+        return None  # (a JSONL line with timestamp_us has a null timestamp_ns)
+    if not pa.types.is_list(keys_col.type) or not pa.types.is_int64(keys_col.type.value_type):
+        return None
+    if keys_col.values.null_count or not pa.types.is_int64(time_col.type):
+        return None
+    us_col = _column(table, "timestamp_us")
+    if us_col is not None and us_col.null_count < n:
+        return None
+    trace_col = _column(table, "trace_id")
+    strings = (kind_col, inst_col) + ((trace_col,) if trace_col is not None else ())
+    if not all(pa.types.is_string(c.type) for c in strings):
+        return None
+    if n and pc.any(pc.equal(pc.utf8_length(inst_col), 0)).as_py():
+        return None
+    kinds = np.full(n, -1, dtype=np.int8)
+    for code, name in enumerate(EVENT_KINDS):
+        kinds[pc.equal(kind_col, name).to_numpy(zero_copy_only=False)] = code
+    times = time_col.to_numpy()
+    if (kinds < 0).any() or (times <= 0).any():
+        return None
+    offsets = keys_col.offsets.to_numpy().astype(np.int64)
+    keys = keys_col.values.to_numpy().astype(np.int64, copy=False)[offsets[0] : offsets[-1]]
+    offsets = offsets - offsets[0]
+    lens = np.diff(offsets)
+    reads = kinds != WRITE
+    inputs = np.zeros(n, dtype=np.int64)
+    input_col = _column(table, "input_len")
+    if input_col is not None:
+        if not pa.types.is_int64(input_col.type):
+            return None
+        valid = input_col.is_valid().to_numpy(zero_copy_only=False)
+        values = input_col.fill_null(0).to_numpy()
+        if (reads & ~valid).any() or (reads & (values <= 0)).any():
+            return None
+        if (~reads & valid & (values < 0)).any():
+            return None
+        inputs = values
+    elif reads.any():
+        return None
+    local = _local(table, n, reads, lens, offsets)
+    if local is None:
+        return None
+    ttl_us = np.zeros(n, dtype=np.int64)
+    ttl_col = _column(table, "ttl_us")
+    if ttl_col is not None:
+        if not pa.types.is_int64(ttl_col.type):
+            return None
+        ttl_us = ttl_col.fill_null(0).to_numpy()
+        if ((kinds == GET) & (ttl_us != 0)).any():
+            return None
+        if ((ttl_us < -1) | (ttl_us > INT64_MAX // 1000)).any():
+            return None
+    return StandardColumns(kinds, times, offsets, keys, inputs, local, ttl_us, inst_col)
+
+
+def _local(
+    table: Any, n: int, reads: np.ndarray, lens: np.ndarray, offsets: np.ndarray
+) -> np.ndarray | None:
+    """Per key, 1 where the row's ``block_mask`` marks it local (None: a doubtful mask)."""
+    import pyarrow as pa
+
+    local = np.zeros(int(offsets[-1]), dtype=np.uint8)
+    mask_col = _column(table, "block_mask")
+    if mask_col is None or mask_col.null_count == n:
+        return local
+    if not pa.types.is_list(mask_col.type) or not pa.types.is_boolean(mask_col.type.value_type):
+        return None
+    has = mask_col.is_valid().to_numpy(zero_copy_only=False)
+    if (has & ~reads).any():  # a mask on a write
+        return None
+    mask_lens = mask_col.value_lengths().fill_null(0).to_numpy()
+    if (has & (mask_lens != lens)).any():
+        return None
+    flat_col = mask_col.flatten()  # null lists add nothing
+    if flat_col.null_count:
+        return None
+    flat = flat_col.to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(has)
+    counts = lens[rows]
+    before = np.cumsum(counts) - counts  # where each row's mask starts in ``flat``
+    local[np.repeat(offsets[:-1][rows] - before, counts) + np.arange(flat.size)] = flat
+    return local

@@ -41,6 +41,7 @@ __all__ = [
     "COLUMNS",
     "REQUIRED",
     "ROW_GROUP_ROWS",
+    "WRITE_OPTIONS",
     "ParquetLines",
     "batch_lines",
     "schema",
@@ -62,6 +63,9 @@ REQUIRED = ("type", "instance_id", "timestamp_ns", "keys")
 """Columns every Parquet trace has."""
 ROW_GROUP_ROWS = 65_536
 """Rows per row group (and per batch read)."""
+WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": ["type", "instance_id"]}
+"""How trace files are written: zstd; dictionaries for the few kinds and instances only
+(keys and trace ids are nearly all distinct: a dictionary costs time and bytes there)."""
 
 
 def schema() -> Any:
@@ -183,7 +187,7 @@ def write_parquet(jsonl_path: str | os.PathLike[str], out_path: str | os.PathLik
         writer.write_table(pa.Table.from_arrays(arrays, schema=target))
         pending.clear()
 
-    with pq.ParquetWriter(str(out_path), target, compression="zstd") as writer:
+    with pq.ParquetWriter(str(out_path), target, **WRITE_OPTIONS) as writer:
         with open(jsonl_path, "rb") as fh:
             for line in fh:
                 if not line.strip():
