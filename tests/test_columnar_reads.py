@@ -176,3 +176,29 @@ def test_the_fast_path_takes_good_chunks(tmp_path, monkeypatch) -> None:
     batches, ttl = _columns(path)
     assert calls == [] and ttl == (5000, 10**9)  # b's own TTL, then its group's default
     _same((batches, ttl), _lines(path))
+
+
+@pytest.mark.parametrize("name", ["list mask", "int mask", "ttl", "blank", "big key", "truncated"])
+def test_replay_reads_the_same_events_by_columns(tmp_path, name) -> None:
+    """Catches ``litehit replay``'s column path giving other events than the line path
+    (a default trace id from the row instead of the line, a key list cut at the wrong
+    offset, a write's input_len) or another error: 60 lines in chunks of ~8."""
+    from litehit_service.litehit.parsing import column_batches, inline_batches
+
+    lines = [(GOOD % (10 + i, i)).encode() for i in range(60)]
+    lines[17] = ODD[name].encode()
+    lines[40] = b'{"type":"write","instance_id":"b","timestamp_ns":70,"keys":[4,5,6]}'
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def events(batches) -> tuple[list, str | None]:
+        out: list = []
+        for got, error, _ in batches:
+            out += [tuple(e)[:7] for e in got]
+            if error is not None:
+                return out, str(error)
+        return out, None
+
+    by_lines = events(inline_batches(str(path), "standard", 16, "a", False, 1 << 20))
+    assert events(column_batches(str(path), False, 1 << 20, 500)) == by_lines
+    assert len(by_lines[0]) >= 17

@@ -1,5 +1,6 @@
 """Trace lines parsed for the offline replay, in batches and in input order.
 
+:func:`column_batches` reads a standard trace (JSONL or Parquet) by columns;
 :func:`inline_batches` parses in the calling process; :func:`pool_batches` in worker
 processes (``workers x`` :data:`BATCH_LINES` lines in flight, results consumed in input
 order, the workers deaf to SIGINT/SIGTERM so the replaying process decides when they
@@ -26,6 +27,7 @@ __all__ = [
     "INLINE_BATCH",
     "Batch",
     "Event",
+    "column_batches",
     "inline_batches",
     "lmcache_batches",
     "pool_batches",
@@ -145,6 +147,46 @@ def pool_batches(
         finally:
             for fut, _, _ in pending:
                 fut.cancel()
+
+
+def column_batches(
+    path: str, sizes: bool, max_line_bytes: int, chunk_bytes: int | None = None
+) -> Iterator[Batch]:
+    """A standard trace (JSONL, compressed or Parquet) by columns
+    (:func:`~litehit_service.traces.readers.columns.standard_chunks`): each chunk whose
+    columns keep the format's rules becomes its events without a Python parse per line;
+    any other goes through the line parser, which names its bad line. The events are
+    those :func:`inline_batches` gives, field for field. ``chunk_bytes``: JSON per batch
+    (default the reader's). O(bytes) in pyarrow and numpy,
+    ~0.2 us a record and ~20 ns a key in Python."""
+    from litehit_service.traces.readers.columns import standard_chunks, standard_columns
+    from litehit_service.traces.readers.jsonl import parse_numbered
+    from litehit_service.traces.readers.records import EVENT_KINDS
+    from litehit_service.traces.readers.standard import parse_standard_line
+
+    _, _, chunks = standard_chunks(path, max_line_bytes, chunk_bytes)
+    for chunk in chunks:
+        cols = standard_columns(chunk.table) if chunk.table is not None else None
+        if cols is None:
+            events, error = parse_numbered(chunk.lines(), chunk.first_line, path,
+                                           parse_standard_line, True)  # fmt: skip
+            yield events, error, chunk.done if sizes else 0
+            if error is not None:
+                return
+            continue
+        n = chunk.table.num_rows
+        first = chunk.first_line
+        lines = range(first, first + n)
+        trace = chunk.table.column("trace_id") if "trace_id" in chunk.table.column_names else None
+        ids = trace.to_pylist() if trace is not None else [None] * n
+        ids = [str(line) if tid is None else tid for line, tid in zip(lines, ids, strict=True)]
+        flat = cols.keys.tolist()
+        bounds = cols.offsets.tolist()
+        keys = [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+        kinds = [EVENT_KINDS[k] for k in cols.kinds.tolist()]
+        events = list(zip(lines, kinds, cols.instances.to_pylist(), ids, cols.times.tolist(),
+                          keys, cols.inputs.tolist(), strict=True))  # fmt: skip
+        yield events, None, chunk.done if sizes else 0
 
 
 def lmcache_batches(path: str, config: ReplayConfig, max_line_bytes: int) -> Iterator[Batch]:

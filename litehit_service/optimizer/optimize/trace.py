@@ -32,7 +32,7 @@ from litehit_service.optimizer.optimize.columns import (
     trace_batches,
 )
 from litehit_service.optimizer.optimize.config import OptimizeConfig
-from litehit_service.traces.readers.compressed import container_of
+from litehit_service.traces.readers.compressed import container_or_none
 from litehit_service.traces.readers.records import TraceEvent, TraceReader
 from litehit_service.traces.readers.registry import (
     detect_format,
@@ -72,7 +72,7 @@ def open_trace_batches(
     path = config.trace_file_path
     reader = get_reader(trace_format) if trace_format else None  # an unknown name: refused
     # a Parquet trace is read by its columns whatever was asked (its format is the file's)
-    reader = reader_of_container(container_of(path)) or reader
+    reader = reader_of_container(container_or_none(path)) or reader
     if reader is None:
         reader = detect_format(path, max_line_bytes=max_line_bytes)
     instances = config.instances

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from litehit_core.lines import read_lines
-from litehit_service.traces.readers.compressed import container_of, open_bytes
+from litehit_service.traces.readers.compressed import container_of, container_or_none, open_bytes
 from litehit_service.traces.readers.records import EVENT_KINDS, INT64_MAX
 
 __all__ = [
@@ -80,36 +80,41 @@ class TableChunk(NamedTuple):
     done: int
 
 
-def standard_chunks(path: str, max_line_bytes: int) -> tuple[str, int | None, Iterator[TableChunk]]:
+def standard_chunks(
+    path: str, max_line_bytes: int, chunk_bytes: int | None = None
+) -> tuple[str, int | None, Iterator[TableChunk]]:
     """``(unit, total, chunks)`` of the standard trace at ``path`` (module docstring):
     progress ``unit`` ("bytes" or "rows"), the ``total`` of them when known (None for a
     compressed file) and the chunks in file order. LocatedError (line 0) for a file that
     cannot be opened or is not a Parquet trace; a line longer than ``max_line_bytes`` is
-    the line reader's error at its line."""
-    if container_of(path) == "parquet":
-        return _parquet_chunks(path)
+    the line reader's error at its line. ``chunk_bytes``: about how much JSON a chunk
+    holds (default :data:`CHUNK_BYTES`; a Parquet chunk is :data:`PARQUET_BATCH_ROWS`
+    rows, or proportionally fewer)."""
+    size = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    if container_or_none(path) == "parquet":
+        return _parquet_chunks(path, max(PARQUET_BATCH_ROWS * size // CHUNK_BYTES, 1))
     fh = open_bytes(path)
     total = None if container_of(path) is not None else os.path.getsize(path)
-    return "bytes", total, _json_chunks(fh, path, max_line_bytes)
+    return "bytes", total, _json_chunks(fh, path, max_line_bytes, size)
 
 
-def _json_chunks(fh: Any, path: str, max_line_bytes: int) -> Iterator[TableChunk]:
+def _json_chunks(fh: Any, path: str, max_line_bytes: int, size: int) -> Iterator[TableChunk]:
     import pyarrow.json as pj
 
     options = pj.ParseOptions(explicit_schema=json_schema(), unexpected_field_behavior="ignore")
     line_no = 1
     with fh:
         pending: list[bytes] = []
-        size = 0
-        for lines in read_lines(fh, path, max_line_bytes, skip_bom=True, chunk_bytes=CHUNK_BYTES):
+        held = 0
+        for lines in read_lines(fh, path, max_line_bytes, skip_bom=True, chunk_bytes=size):
             pending += lines
-            size += sum(map(len, lines))
-            if size >= CHUNK_BYTES:
-                yield _json_chunk(pending, size, line_no, options)
+            held += sum(map(len, lines))
+            if held >= size:
+                yield _json_chunk(pending, held, line_no, options)
                 line_no += len(pending)
-                pending, size = [], 0
+                pending, held = [], 0
         if pending:
-            yield _json_chunk(pending, size, line_no, options)
+            yield _json_chunk(pending, held, line_no, options)
 
 
 def _json_chunk(lines: list[bytes], size: int, first: int, options: Any) -> TableChunk:
@@ -140,7 +145,7 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
+def _parquet_chunks(path: str, rows: int) -> tuple[str, int | None, Iterator[TableChunk]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -167,7 +172,7 @@ def _parquet_chunks(path: str) -> tuple[str, int | None, Iterator[TableChunk]]:
     def chunks() -> Iterator[TableChunk]:
         row = 1
         with file:
-            batches = file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
+            batches = file.iter_batches(batch_size=rows, columns=columns)
             while True:
                 try:
                     batch = next(batches)

@@ -41,6 +41,15 @@ def container_of(path: str | os.PathLike[str]) -> str | None:
         return _container(fh.read(4))
 
 
+def container_or_none(path: str | os.PathLike[str]) -> str | None:
+    """:func:`container_of`, or None when the file cannot be read (its reader then reports
+    it, located, when it opens it). O(1)."""
+    try:
+        return container_of(path)
+    except OSError:
+        return None
+
+
 def _container(head: bytes) -> str | None:
     return next((name for magic, name in CONTAINERS.items() if head.startswith(magic)), None)
 
