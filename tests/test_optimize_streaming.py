@@ -94,7 +94,7 @@ def test_a_record_beyond_the_window_is_refused_and_nothing_is_written(tmp_path, 
     assert err.startswith(f"{tmp_path / 'trace.jsonl'}:301: timestamp_ns: timestamp_ns "
                           "304000000 is more than the reorder window (1 ms) before an earlier "
                           "line's 309000000: the trace is out of time order"), err  # fmt: skip
-    assert "widen --reorder-window-ms, or sort it with 'litehit convert" in err
+    assert "widen --reorder-window-ms, or sort the trace by timestamp_ns first" in err
     assert not (tmp_path / "out").exists()
     # the default window (1 s) takes it, as sorting the whole trace would
     assert main(["optimize", str(path), "--max-workers", "1"]) == 0
@@ -201,7 +201,37 @@ def test_the_window_holds_a_bounded_number_of_keys() -> None:
         "t.jsonl:999: timestamp_ns: timestamp_ns 500 is more than the reorder window "
         "(1000 ms) before a record already replayed (at 945 ns): the window holds at most 50 "
         "keys and records: the trace is out of time order; widen --reorder-window-ms, or sort "
-        "it with 'litehit convert TRACE -o SORTED.parquet'"
+        "the trace by timestamp_ns first"
     )
     rest = reorder.finish()
     assert rest is not None and rest.times.tolist() == list(range(950, 1000, 5))
+
+
+def test_a_long_run_says_its_plan_first(tmp_path, monkeypatch, capsys) -> None:
+    """Catches a long run that starts silently (or a plan that misstates the size or the
+    destination): with the threshold lowered to the test trace's size, optimize, replay and
+    convert print the plan as their first stderr line; under it, nothing."""
+    from litehit_service.offline import outputs
+
+    records = [{"type": "request", "instance_id": "a", "timestamp_ns": 10 + i,
+                "keys": [i % 3, i], "input_len": 40} for i in range(3000)]  # fmt: skip
+    path = write_config(tmp_path, [group("g", 4, inst("a", "lru"))], records)
+    trace = tmp_path / "trace.jsonl"
+    size = trace.stat().st_size
+    assert main(["optimize", str(path), "--max-workers", "1"]) == 0
+    assert not capsys.readouterr().err.startswith("optimize: " + str(trace))
+    monkeypatch.setattr(outputs, "PLAN_BYTES", size)
+    assert main(["optimize", str(path), "--max-workers", "1"]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (f"optimize: {trace}: {size} bytes; about 0 s at ~45 MB/s of JSONL "
+                     f"on a 2-core machine -> {tmp_path / 'out'}")  # fmt: skip
+    parquet = tmp_path / "t.parquet"
+    assert main(["convert", str(trace), "-o", str(parquet)]) == 0
+    assert capsys.readouterr().err.startswith(f"convert: {trace}: {size} bytes; ")
+    monkeypatch.setattr(outputs, "PLAN_BYTES", 1)
+    jsonl = parquet.stat().st_size * 8
+    assert main(["convert", str(parquet), "-o", str(tmp_path / "back.jsonl")]) == 0
+    assert capsys.readouterr().err.startswith(
+        f"convert: {parquet}: {parquet.stat().st_size} bytes (about {jsonl} bytes of JSONL); "
+        "about 0 s at ~60 MB/s"
+    )

@@ -346,6 +346,6 @@ def test_the_column_convert_refuses_time_going_backwards_at_its_line(tmp_path, c
     assert main(["convert", str(trace), "-o", str(tmp_path / "o.parquet")]) == 2
     assert capsys.readouterr().err.startswith(
         f"{trace}:151: timestamp goes backwards: 3 ns is before the previous event's 159 ns "
-        "(line 150); sort it first"
+        "(line 150); sort the trace by timestamp_ns first"
     )
     assert not (tmp_path / "o.parquet").exists()

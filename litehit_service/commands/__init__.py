@@ -44,3 +44,17 @@ def rpc_detail(exc: BaseException) -> str:
     """The status details of a ``grpc.RpcError`` (its text for anything else)."""
     details = getattr(exc, "details", None)
     return str(details()) if callable(details) else str(exc)
+
+
+def say_plan(command: str, path: str, mb_per_s: float, destination: str) -> None:
+    """Print a long run's plan on stderr before it starts (the trace's size, the time
+    expected at ``mb_per_s`` MB/s of JSONL, where the output goes:
+    :func:`~litehit_service.offline.outputs.plan_line`); nothing for a small trace."""
+    import sys
+
+    from litehit_service.offline.outputs import plan_line
+    from litehit_service.traces.readers.compressed import trace_sizes
+
+    line = plan_line(command, path, *trace_sizes(path), mb_per_s, destination)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)

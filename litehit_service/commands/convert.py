@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, say_plan
 from litehit_service.commands.options import (
     add_instance,
     add_max_line_bytes,
@@ -270,6 +270,11 @@ def _detected(args: argparse.Namespace) -> str:
         ) from None
 
 
+PLAN_MB_PER_S = 60.0
+"""What ``convert`` reads on a 2-core machine, in MB/s of JSONL (bench/README.md: standard
+to Parquet ~100, Mooncake or logs to standard JSONL ~30)."""
+
+
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.input`` to ``args.output`` (errors raise; see cli)."""
     from litehit_service.traces.convert.pipeline import convert_trace
@@ -286,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         for dest in CONVERTER_OPTIONS
         if dest in get_source(args.source_format).options
     }
+    if len(args.input) == 1:
+        say_plan("convert", args.input[0], PLAN_MB_PER_S, args.output)
     summary = convert_trace(
         args.source_format,
         args.input,

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, say_plan
 from litehit_service.commands.options import (
     add_config,
     add_max_workers,
@@ -105,6 +105,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+PLAN_MB_PER_S = 45.0
+"""What ``optimize`` streams on a 2-core machine, in MB/s of JSONL (bench/README.md:
+Mooncake x 40, one lru instance)."""
+
+
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -154,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.output_dir or config.output_result_path
     window_ns = None if args.aggregate_window_s is None else round(args.aggregate_window_s * 1e9)
     workers = args.max_workers or default_workers()
+    say_plan("optimize", config.trace_file_path, PLAN_MB_PER_S, out_dir)
     trace = None
     if args.compare_exact or runs_in_parallel(config, workers, args.executor):
         trace = load_trace(

@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, say_plan
 from litehit_service.commands.options import (
     add_config,
     add_max_line_bytes,
@@ -94,6 +94,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+PLAN_MB_PER_S = 37.0
+"""What ``replay`` reads on a 2-core machine, in MB/s of JSONL (bench/README.md: Mooncake
+x 40, one instance, 30 capacities)."""
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the replay; the per-instance lines and the summary (or ``--json``: one JSON
     object) go to stdout, the progress bar to stderr (errors raise)."""
@@ -118,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         config = with_workers(config, args.max_workers)
     if args.touch_order is not None:
         config = with_touch_order(config, args.touch_order)
+    if not args.quiet:
+        say_plan("replay", config.trace_file_path, PLAN_MB_PER_S, config.output_result_path)
     summary = run_replay(
         config,
         progress=not args.quiet and sys.stderr.isatty(),

@@ -168,6 +168,42 @@ def file_size(path: PathLike) -> int | None:
         return None
 
 
+PLAN_BYTES = 256 << 20
+"""From this much JSONL (or a container holding about as much) a command says its plan."""
+
+
+def plan_line(
+    command: str, path: str, size: int, jsonl_bytes: int, mb_per_s: float, destination: str
+) -> str | None:
+    """The line a long run prints first, on stderr, or None for a trace under
+    :data:`PLAN_BYTES` of JSONL::
+
+        optimize: t.parquet: 1.1 GB (about 8.7 GB of JSONL); about 3 min at ~45 MB/s of
+        JSONL on a 2-core machine -> out
+
+    ``size``: the file's bytes; ``jsonl_bytes``: about how much JSONL it holds (its size,
+    or a container's times its usual expansion); ``mb_per_s``: the command's measured rate
+    (bench/README.md). O(1)."""
+    if jsonl_bytes < PLAN_BYTES:
+        return None
+    what = _bytes(size)
+    if jsonl_bytes != size:
+        what += f" (about {_bytes(jsonl_bytes)} of JSONL)"
+    seconds = jsonl_bytes / 1e6 / mb_per_s
+    took = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    return (
+        f"{command}: {path}: {what}; about {took} at ~{mb_per_s:.0f} MB/s of JSONL on a "
+        f"2-core machine -> {destination}"
+    )
+
+
+def _bytes(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def run_line(
     command: str,
     count: int,

@@ -18,8 +18,8 @@ Spec §2 sorts the records stably by time before the replay; a stream can sort o
 it holds: records are held until the trace has moved ``window_ns`` past them, then
 released in time order (ties in file order), so any trace whose records are at most the
 window out of order replays exactly as sorted; a record further out of order is refused,
-naming it and the two ways out (a wider ``--reorder-window-ms``, or ``litehit convert``,
-which writes sorted traces).
+naming it and the two ways out (a wider ``--reorder-window-ms``, or the trace sorted
+first).
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ class Reorder:
             self.path,
             int(batch.lines[i]),
             f"timestamp_ns {t} is more than the reorder window ({self.window_ns / 1e6:g} ms) "
-            f"{why}: the trace is out of time order; widen --reorder-window-ms, or sort it "
-            "with 'litehit convert TRACE -o SORTED.parquet'",
+            f"{why}: the trace is out of time order; widen --reorder-window-ms, or sort the "
+            "trace by timestamp_ns first",
             "timestamp_ns",
         )
 

@@ -126,8 +126,9 @@ def _in_order(
             path,
             int(lines[i]),
             f"timestamp goes backwards: {int(times[i]) - offset_ns} ns is before the previous "
-            f"event's {int(before[i]) - offset_ns} ns (line {where}); sort it first (litehit "
-            "optimize and replay take it within --reorder-window-ms)",
+            f"event's {int(before[i]) - offset_ns} ns (line {where}); sort the trace by "
+            "timestamp_ns first (litehit optimize takes it as it is within "
+            "--reorder-window-ms)",
         )
     return int(times[-1]), int(lines[-1])
 

@@ -21,7 +21,16 @@ from typing import Any, BinaryIO
 
 from litehit_core import LocatedError
 
-__all__ = ["CONTAINERS", "EXPANSION", "container_of", "open_bytes", "plain_size", "text_bytes"]
+__all__ = [
+    "CONTAINERS",
+    "EXPANSION",
+    "container_of",
+    "container_or_none",
+    "open_bytes",
+    "plain_size",
+    "text_bytes",
+    "trace_sizes",
+]
 
 CONTAINERS = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"PAR1": "parquet"}
 """The magic bytes each container's file starts with."""
@@ -146,6 +155,15 @@ def plain_size(path: str | os.PathLike[str]) -> int | None:
         return None if container_of(path) is not None else os.path.getsize(path)
     except OSError:
         return None
+
+
+def trace_sizes(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(the file's bytes, about how many bytes of JSONL it holds: :func:`text_bytes`); (0,
+    0) for a file that cannot be read. For a run's plan line. O(1)."""
+    try:
+        return os.path.getsize(path), text_bytes(path)
+    except OSError:
+        return 0, 0
 
 
 def text_bytes(path: str | os.PathLike[str]) -> int:
