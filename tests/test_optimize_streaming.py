@@ -235,3 +235,29 @@ def test_a_long_run_says_its_plan_first(tmp_path, monkeypatch, capsys) -> None:
         f"convert: {parquet}: {parquet.stat().st_size} bytes (about {jsonl} bytes of JSONL); "
         "about 0 s at ~60 MB/s"
     )
+
+
+def test_parquet_tables_hold_the_csvs_values(tmp_path) -> None:
+    """Catches a Parquet table with other columns, types or values than the CSV (the rates
+    unrounded there), or one written from the first batch only; and the refusal where it
+    cannot stream."""
+    import pyarrow.parquet as pq
+
+    path = mixed_case(tmp_path, 11, 3)
+    assert main(["optimize", str(path), "--max-workers", "1", "-o", str(tmp_path / "c")]) == 0
+    assert main(["optimize", str(path), "--max-workers", "1", "-o", str(tmp_path / "p"),
+                 "--output-format", "parquet"]) == 0  # fmt: skip
+    for iid in "abcdef":
+        table = pq.read_table(tmp_path / "p" / f"{iid}_hit_rates.parquet")
+        text = (tmp_path / "c" / f"{iid}_hit_rates.csv").read_text().splitlines()
+        assert table.column_names == text[0].split(",")
+        assert table.num_rows == len(text) - 1 > 10
+        for row, line in zip(table.to_pylist(), text[1:], strict=True):
+            for (name, value), cell in zip(row.items(), line.split(","), strict=True):
+                if isinstance(value, float):
+                    assert f"{value:.6f}" == cell, name
+                else:
+                    assert str(value) == cell, name
+    assert main(["optimize", str(path), "--max-workers", "2", "--output-format", "parquet",
+                 "-o", str(tmp_path / "x")]) == 2  # fmt: skip
+    assert not (tmp_path / "x").exists()

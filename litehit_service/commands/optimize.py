@@ -94,6 +94,15 @@ def register(subparsers: Any) -> None:
         "are left out; default: no aggregate)",
     )
     p.add_argument(
+        "--output-format",
+        choices=("csv", "parquet"),
+        default="csv",
+        help="write the per-read tables as {instance_id}_hit_rates.csv (default) or as "
+        ".parquet (the same columns, int64 and float64 rates, for pandas, polars or "
+        "DuckDB); parquet needs the streamed replay (one group, or --max-workers 1, "
+        "without --compare-exact)",
+    )
+    p.add_argument(
         "--reorder-window-ms",
         type=_non_negative_int,
         default=None,
@@ -161,7 +170,13 @@ def run(args: argparse.Namespace) -> int:
     workers = args.max_workers or default_workers()
     say_plan("optimize", config.trace_file_path, PLAN_MB_PER_S, out_dir)
     trace = None
-    if args.compare_exact or runs_in_parallel(config, workers, args.executor):
+    whole = args.compare_exact or runs_in_parallel(config, workers, args.executor)
+    if whole and args.output_format != "csv":
+        raise UsageError(
+            "--output-format parquet streams the replay: give --max-workers 1 (the groups "
+            "in one replay) and leave out --compare-exact"
+        )
+    if whole:
         trace = load_trace(
             config,
             trace_format=args.trace_format,
@@ -201,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
                 draw_chart=args.draw_chart,
                 aggregate_window_ns=window_ns,
                 progress=advance,
+                output_format=args.output_format,
             )
     extra: dict[str, object] = {}
     if args.compare_exact:

@@ -42,6 +42,7 @@ __all__ = [
     "aggregate_windows",
     "TIER_CHART",
     "csv_name",
+    "table_name",
     "picture_figures",
     "picture_names",
     "picture_texts",
@@ -89,6 +90,11 @@ AGGREGATE_HEADER = (
 def csv_name(instance_id: str) -> str:
     """``{instance_id}_hit_rates.csv``."""
     return f"{instance_id}_hit_rates.csv"
+
+
+def table_name(instance_id: str, output_format: str = "csv") -> str:
+    """``{instance_id}_hit_rates.csv`` or ``.parquet``."""
+    return f"{instance_id}_hit_rates.{output_format}"
 
 
 def write_outputs(

@@ -24,11 +24,13 @@ __all__ = [
     "InstanceRows",
     "RowTotals",
     "Running",
+    "column_names",
     "concat_rows",
     "csv_header",
     "csv_lines",
     "format_csv",
     "instance_rows",
+    "row_columns",
     "tier_header",
 ]
 
@@ -210,10 +212,13 @@ def _acc(column: np.ndarray, start: int) -> np.ndarray:
     return out
 
 
-def csv_lines(r: InstanceRows, tier_names: Sequence[str], running: Running) -> str:
-    """The CSV lines of ``r`` (each ending ``\\n``), its ``Acc*`` columns continuing from
-    ``running``, which is advanced past them (a CSV written batch by batch is the CSV of
-    the whole). O(reads), one compiled call (:func:`~..offline.text_columns.table_text`)."""
+def row_columns(
+    r: InstanceRows, tier_names: Sequence[str], running: Running
+) -> tuple[list[np.ndarray], list[int]]:
+    """The columns of ``r``'s rows in the header's order (int64, or float64 rates) and per
+    column its decimals in a CSV (0: an integer), the ``Acc*`` columns continuing from
+    ``running``, which is advanced past them (a table written batch by batch is the table
+    of the whole). O(reads)."""
     bs = r.block_size
     hits = r.local_hits + r.remote_hits
     local_t, remote_t, hit_t = r.local_hits * bs, r.remote_hits * bs, hits * bs
@@ -246,4 +251,15 @@ def csv_lines(r: InstanceRows, tier_names: Sequence[str], running: Running) -> s
         running.read_blocks, running.hits = int(acc_read[-1]), int(acc_hits[-1])
         running.input_tokens, running.hit_tokens = int(acc_in[-1]), int(acc_hit[-1])
         running.local_tokens, running.remote_tokens = int(acc_local[-1]), int(acc_remote[-1])
-    return table_text(columns, decimals)
+    return columns, decimals
+
+
+def csv_lines(r: InstanceRows, tier_names: Sequence[str], running: Running) -> str:
+    """The CSV lines of ``r`` (each ending ``\\n``; :func:`row_columns`, ``running``
+    advanced). O(reads), one compiled call (:func:`~..offline.text_columns.table_text`)."""
+    return table_text(*row_columns(r, tier_names, running))
+
+
+def column_names(tier_names: Sequence[str] = ()) -> list[str]:
+    """The columns' names, as the CSV header writes them."""
+    return (HEADER + tier_header(tier_names)).split(",")

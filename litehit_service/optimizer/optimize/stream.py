@@ -43,19 +43,21 @@ from litehit_service.optimizer.optimize.config import (
 )
 from litehit_service.optimizer.optimize.outputs import (
     PICTURE_DPI,
-    csv_name,
     picture_figures,
     picture_names,
     picture_texts,
+    table_name,
 )
 from litehit_service.optimizer.optimize.rows import (
     InstanceRows,
     RowTotals,
     Running,
+    column_names,
     concat_rows,
     csv_header,
     csv_lines,
     instance_rows,
+    row_columns,
 )
 from litehit_service.optimizer.optimize.run import (
     InstanceResult,
@@ -64,7 +66,15 @@ from litehit_service.optimizer.optimize.run import (
     check_delay,
 )
 
-__all__ = ["DEFAULT_REORDER_WINDOW_MS", "HELD_KEYS", "Reorder", "stream_optimize"]
+__all__ = [
+    "DEFAULT_REORDER_WINDOW_MS",
+    "HELD_KEYS",
+    "TABLES",
+    "CsvTable",
+    "ParquetTable",
+    "Reorder",
+    "stream_optimize",
+]
 
 DEFAULT_REORDER_WINDOW_MS = 1000
 """How far out of time order a record may be by default (ms), as the log converters."""
@@ -160,11 +170,57 @@ def _take(batch: Batch, order: np.ndarray) -> Batch:
     )  # fmt: skip
 
 
+class CsvTable:
+    """An instance's ``{id}_hit_rates.csv`` written batch by batch (byte-identical to the
+    whole file :func:`~.rows.format_csv` writes)."""
+
+    def __init__(self, path: str, tier_names: tuple[str, ...]) -> None:
+        self.tier_names = tier_names
+        self.file: TextIO = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        self.file.write(csv_header(tier_names))
+
+    def write(self, rows: InstanceRows, running: Running) -> None:
+        self.file.write(csv_lines(rows, self.tier_names, running))
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class ParquetTable:
+    """An instance's ``{id}_hit_rates.parquet``: the CSV's columns by the same names,
+    int64, the rates float64 (not rounded), one row group per batch."""
+
+    def __init__(self, path: str, tier_names: tuple[str, ...]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.tier_names = tier_names
+        _, decimals = row_columns(_no_rows(1, len(tier_names)), tier_names, Running())
+        self.schema = pa.schema([
+            (name, pa.float64() if d else pa.int64())
+            for name, d in zip(column_names(tier_names), decimals, strict=True)
+        ])  # fmt: skip
+        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+
+    def write(self, rows: InstanceRows, running: Running) -> None:
+        import pyarrow as pa
+
+        columns, _ = row_columns(rows, self.tier_names, running)
+        self.writer.write_table(pa.table(columns, schema=self.schema))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+TABLES = {"csv": CsvTable, "parquet": ParquetTable}
+"""``--output-format``: how the per-read tables are written."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Lane:
     """One instance's output while the stream runs."""
 
-    file: TextIO
+    table: CsvTable | ParquetTable
     running: Running
     totals: RowTotals
     kept: list[InstanceRows]
@@ -181,30 +237,32 @@ def stream_optimize(
     draw_chart: bool = False,
     aggregate_window_ns: int | None = None,
     progress: Callable[[int], object] | None = None,
+    output_format: str = "csv",
 ) -> OptimizeResult:
     """Replay the ``batches`` under ``config`` and write the outputs into ``out_dir``, all
-    or nothing (module docstring); ``progress(n)`` hears the units each batch consumed.
-    The result's instances carry :class:`RowTotals` (or, with pictures, every row)."""
-    names = [csv_name(i.instance_id) for i in config.instances]
+    or nothing (module docstring); ``progress(n)`` hears the units each batch consumed;
+    ``output_format``: the per-read tables as CSV or Parquet (:data:`TABLES`). The
+    result's instances carry :class:`RowTotals` (or, with pictures, every row)."""
+    table_type = TABLES[output_format]
+    names = [table_name(i.instance_id, output_format) for i in config.instances]
     pictures = draw_chart or aggregate_window_ns is not None
     tiered = any(g.tiers for g in config.groups)
     figures = picture_names(tiered, draw_chart, aggregate_window_ns)
     paths = [os.path.join(out_dir, n) for n in [*names, *figures]]
     with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
         lanes = []
-        for inst, group, tmp in _members(config, tmps):
-            tier_names = tuple(t.name for t in group.tiers)
-            fh = open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed below
-            fh.write(csv_header(tier_names))
-            lanes.append(_Lane(fh, Running(), RowTotals(inst.block_size), [], tier_names))
         try:
+            for inst, group, tmp in _members(config, tmps):
+                tier_names = tuple(t.name for t in group.tiers)
+                table = table_type(tmp, tier_names)
+                lanes.append(_Lane(table, Running(), RowTotals(inst.block_size), [], tier_names))
             start = time.perf_counter()
             replayer, memory = _replay(config, routing, batches, lanes, window_ns, pictures,
                                        progress)  # fmt: skip
             seconds = time.perf_counter() - start
         finally:
             for lane in lanes:
-                lane.file.close()
+                lane.table.close()
         result = _result(config, replayer, lanes, seconds, memory, pictures)
         if pictures:
             to = dict(zip(figures, tmps[len(names) :], strict=True))
@@ -247,7 +305,7 @@ def _replay(
                                  lane.totals.block_size, len(lane.tier_names))  # fmt: skip
             if not mine.reads:
                 continue
-            lane.file.write(csv_lines(mine, lane.tier_names, lane.running))
+            lane.table.write(mine, lane.running)
             lane.totals.add(mine)
             if keep:
                 lane.kept.append(mine)
