@@ -139,7 +139,7 @@ def main() -> int:
         parquet = work / f"t{copies}.parquet"
         size = jsonl.stat().st_size
         conv = min(run(["convert", str(jsonl), "-o", str(parquet),
-                        "--emit-config", str(work / f"r{copies}.json")])[0]
+                        "--emit-config", str(work / f"r{copies}.json"), "--block-size", "512"])[0]
                    for _ in range(args.repeat))  # fmt: skip
         base, n = lcs_seconds(jsonl, args.quota_blocks, args.repeat, work)
         print(f"\n{copies}x: {records:,} requests, {accesses:,} block accesses, JSONL "

@@ -156,6 +156,9 @@ def _parquet_chunks(path: str, rows: int) -> tuple[str, int | None, Iterator[Tab
         batch_lines,
     )
 
+    # pyarrow's Parquet reader takes no pool of its own: make the C library's the default
+    # (freed pages go back to the system; this process reads traces, it serves nothing)
+    pa.set_memory_pool(memory_pool())
     try:
         file = pq.ParquetFile(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises its own error types
