@@ -171,23 +171,33 @@ def _parquet_chunks(path: str, rows: int) -> tuple[str, int | None, Iterator[Tab
             path, 0, f"a Parquet trace needs the columns {list(REQUIRED)}; {missing} missing"
         )
     columns = [c for c in COLUMNS if c in names]
+    total = file.metadata.num_rows
+    groups = file.metadata.num_row_groups
+    file.close()
 
     def chunks() -> Iterator[TableChunk]:
+        # one row group at a time, each through a freshly opened file, in batches: one
+        # ParquetFile read to its end keeps ~2.7 MB per row group (RSS +100 MB over the 37
+        # row groups of a 55 M-key trace); a fresh one per group stays flat (measured,
+        # bench/README.md)
         row = 1
-        with file:
-            batches = file.iter_batches(batch_size=rows, columns=columns)
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                except Exception as exc:  # noqa: BLE001 - a corrupt page
-                    raise LocatedError(path, 0, f"not a readable Parquet file: {exc}") from None
-                table = pa.Table.from_batches([batch])
-                yield TableChunk(row, table, lambda b=batch: batch_lines(b), batch.num_rows)
-                row += batch.num_rows
+        for group in range(groups):
+            try:
+                with pq.ParquetFile(path) as part:
+                    for batch in part.iter_batches(
+                        batch_size=rows, row_groups=[group], columns=columns
+                    ):
+                        table = pa.Table.from_batches([batch])
+                        yield TableChunk(
+                            row, table, lambda b=batch: batch_lines(b), batch.num_rows
+                        )
+                        row += batch.num_rows
+            except LocatedError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a corrupt page
+                raise LocatedError(path, 0, f"not a readable Parquet file: {exc}") from None
 
-    return "rows", file.metadata.num_rows, chunks()
+    return "rows", total, chunks()
 
 
 class StandardColumns(NamedTuple):
