@@ -261,3 +261,18 @@ def test_parquet_tables_hold_the_csvs_values(tmp_path) -> None:
     assert main(["optimize", str(path), "--max-workers", "2", "--output-format", "parquet",
                  "-o", str(tmp_path / "x")]) == 2  # fmt: skip
     assert not (tmp_path / "x").exists()
+
+
+def test_a_big_trace_streams_by_default(tmp_path, monkeypatch) -> None:
+    """Catches the per-CPU default decoding a big multi-group trace whole: from the plan
+    threshold on, no --max-workers means one streamed replay (which alone writes Parquet
+    tables; the whole-trace path refuses them)."""
+    from litehit_service.offline import outputs
+
+    monkeypatch.setattr("litehit_service.offline.pool.default_workers", lambda: 2)
+    path = mixed_case(tmp_path, 12, 3)  # four groups: several workers by default
+    args = ["optimize", str(path), "--output-format", "parquet", "-o", str(tmp_path / "p")]
+    assert main(args) == 2  # small: the groups in parallel, the whole trace
+    monkeypatch.setattr(outputs, "PLAN_BYTES", 1)
+    assert main(args) == 0
+    assert (tmp_path / "p" / "a_hit_rates.parquet").exists()

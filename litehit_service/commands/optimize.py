@@ -1,18 +1,20 @@
 """``litehit optimize``: replay a trace under the KVCacheManager optimizer's policies.
 
 Reads a configuration in the reference's format (:mod:`litehit_service.optimizer.optimize`),
-validates it and the whole trace before replaying (errors: ``file:line: field: reason``,
-exit code 2, nothing written), replays once per configuration with the compiled policy
-replay, and writes ``{instance_id}_hit_rates.csv`` per instance (and with
+validates it, then replays the trace once with the compiled policy replay, streamed
+(:mod:`~litehit_service.optimizer.optimize.stream`: the trace read and checked batch by
+batch, memory following the cache; records at most ``--reorder-window-ms`` out of time
+order), and writes ``{instance_id}_hit_rates.csv`` (or ``.parquet``) per instance (and with
 ``--draw-chart`` ``timeseries/multi_instance_cache_analysis.png``; with
 ``--aggregate-window-s W`` ``aggregate_hit_rates.csv`` and ``.png``: every instance summed
 per W seconds of trace time) into the configuration's ``output_result_path`` or ``-o DIR``,
-all or nothing. The groups of a configuration are replayed in ``--max-workers`` parts in
-parallel (default: one per CPU; processes, or Ray tasks with ``--executor ray``) and
-merged (:mod:`litehit_service.optimizer.optimize.parallel`): the same files byte for byte as
-one replay (``--max-workers 1``). Prints a
-summary table (``--json``: one JSON object) on stdout; a progress bar on a terminal; one
-run line on stderr. Bad flags exit 2 naming the value.
+all or nothing (errors: ``file:line: field: reason``, exit code 2, nothing written). The
+groups of a configuration are replayed in ``--max-workers`` parts in parallel (default: one
+per CPU; processes, or Ray tasks with ``--executor ray``) over the trace decoded whole, and
+merged (:mod:`litehit_service.optimizer.optimize.parallel`): the same files byte for byte
+as one replay (``--max-workers 1``); so is ``--compare-exact``. Prints a summary table
+(``--json``: one JSON object) on stdout; a plan line first on a big trace, a progress bar
+on a terminal, one run line on stderr. Bad flags exit 2 naming the value.
 """
 
 from __future__ import annotations
@@ -65,9 +67,10 @@ def register(subparsers: Any) -> None:
     add_trace_options(p)
     add_max_workers(
         p,
-        "replay the configuration's groups in N parts at once, balanced by records "
-        "(default: the CPUs this process may use; 1: one replay of every group in this "
-        "process; the files are the same for any N)",
+        "replay the configuration's groups in N parts at once, balanced by records, over "
+        "the trace decoded whole (default: the CPUs this process may use, or 1 for a trace "
+        "of 256 MB of JSONL or more; 1: one streamed replay of every group in this process, "
+        "memory following the cache; the files are the same for any N)",
         type=positive_int,
         default=None,
     )
@@ -146,7 +149,7 @@ def _window_seconds(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.kernels import load_kernels
-    from litehit_service.offline.outputs import progress_bar, run_line
+    from litehit_service.offline.outputs import PLAN_BYTES, progress_bar, run_line
     from litehit_service.offline.pool import default_workers
     from litehit_service.optimizer.optimize.config import load_optimize_config
     from litehit_service.optimizer.optimize.outputs import summary_json, summary_text, write_outputs
@@ -156,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         stream_optimize,
     )
     from litehit_service.optimizer.optimize.trace import load_trace, open_trace_batches
+    from litehit_service.traces.readers.compressed import text_bytes
 
     start = time.perf_counter()
     if args.ray_address is not None and args.executor != "ray":
@@ -167,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_optimize_config(config_path(args))
     out_dir = args.output_dir or config.output_result_path
     window_ns = None if args.aggregate_window_s is None else round(args.aggregate_window_s * 1e9)
-    workers = args.max_workers or default_workers()
+    workers = args.max_workers or (
+        1 if text_bytes(config.trace_file_path) >= PLAN_BYTES else default_workers()
+    )
     say_plan("optimize", config.trace_file_path, PLAN_MB_PER_S, out_dir)
     trace = None
     whole = args.compare_exact or runs_in_parallel(config, workers, args.executor)

@@ -188,9 +188,7 @@ def _parquet_chunks(path: str, rows: int) -> tuple[str, int | None, Iterator[Tab
                         batch_size=rows, row_groups=[group], columns=columns
                     ):
                         table = pa.Table.from_batches([batch])
-                        yield TableChunk(
-                            row, table, lambda b=batch: batch_lines(b), batch.num_rows
-                        )
+                        yield TableChunk(row, table, lambda b=batch: batch_lines(b), batch.num_rows)
                         row += batch.num_rows
             except LocatedError:
                 raise
