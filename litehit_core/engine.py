@@ -527,7 +527,7 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = {
         "litehit_core.text_kernels",
         "table-formatting",
         1.0,
-        "optimize's per-read CSVs",
+        "optimize's per-read CSVs, lifecycle's CSVs",
         ("litehit_core.text_kernels",),
     ),
 }

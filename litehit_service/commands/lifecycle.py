@@ -45,6 +45,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+    from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import publish_files, run_line
     from litehit_service.optimizer.analysis.lifecycle import (
         instance_lives,
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     _, analysis, out_dir = analyse(args, "lifecycle")
+    load_kernels("text")
     every = instance_lives(analysis)
     texts = []
     figures = []

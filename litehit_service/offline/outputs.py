@@ -56,19 +56,24 @@ def atomic_outputs(paths: Sequence[PathLike]) -> Iterator[list[str]]:
 
 def publish_files(
     out_dir: str,
-    texts: Sequence[tuple[str, str]],
+    texts: Sequence[tuple[str, str | Iterable[str]]],
     figures: Sequence[tuple[str, Figure]] = (),
     *,
     dpi: int = 110,
 ) -> list[str]:
-    """Write each ``(relative path, text)`` and ``(relative path, figure)`` (PNG) under
+    """Write each ``(relative path, text)`` (a string, or its pieces in order) and
+    ``(relative path, figure)`` (PNG) under
     ``out_dir``, creating folders as needed, all or nothing: on any error the temporaries
     and the folders this call created are removed. The paths written. O(bytes)."""
     paths = [os.path.join(out_dir, name) for name, _ in [*texts, *figures]]
     with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
         for tmp, (_, text) in zip(tmps, texts, strict=False):
             with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
+                if isinstance(text, str):
+                    fh.write(text)
+                else:  # written piece by piece, never held whole
+                    for piece in text:
+                        fh.write(piece)
         for tmp, (_, figure) in zip(tmps[len(texts) :], figures, strict=True):
             figure.savefig(tmp, format="png", dpi=dpi)
     return paths

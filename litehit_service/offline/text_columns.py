@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from litehit_core.text_kernels import buffer_bytes, format_rows
+from litehit_core.text_kernels import EMPTY, LABEL, OPTIONAL, buffer_bytes, format_rows
 
-__all__ = ["fixed_units", "table_text"]
+__all__ = ["EMPTY", "LABEL", "OPTIONAL", "fixed_units", "table_text"]
 
 _NEAR_HALF = 1e-9
 """How close to a half the scaled value may come before Python rounds it."""
@@ -46,15 +46,26 @@ def fixed_units(values: np.ndarray, digits: int) -> np.ndarray:
     return units
 
 
-def table_text(columns: Sequence[np.ndarray], decimals: Sequence[int]) -> str:
+def table_text(
+    columns: Sequence[np.ndarray], decimals: Sequence[int], labels: Sequence[str] = ()
+) -> str:
     """CSV lines (``,`` between fields, ``\\n`` after each row) of equally long
     ``columns``: int64 columns where ``decimals`` is 0, float64 ones formatted with that
-    many decimals (:func:`fixed_units`) where it is > 0. "" without rows. O(fields)."""
+    many decimals (:func:`fixed_units`) where it is > 0; where it is :data:`LABEL` the
+    values index ``labels`` (no comma, no line end); where it is :data:`OPTIONAL` int64
+    values, :data:`EMPTY` an empty field. "" without rows. O(fields)."""
     if not columns or not len(columns[0]):
         return ""
     table = np.empty((len(columns[0]), len(columns)), dtype=np.int64)
     for c, (column, d) in enumerate(zip(columns, decimals, strict=True)):
-        table[:, c] = fixed_units(column, d) if d else column
-    out = np.empty(buffer_bytes(*table.shape), dtype=np.uint8)
-    n = format_rows(table, np.asarray(decimals, dtype=np.int64), out)
-    return out[:n].tobytes().decode("ascii")
+        table[:, c] = fixed_units(column, d) if d > 0 else column
+    encoded = [label.encode("utf-8") for label in labels]
+    label_off = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=label_off[1:])
+    label_bytes = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8)
+    widest = max((len(b) for b in encoded), default=0)
+    labelled = sum(1 for d in decimals if d == LABEL)
+    extra = widest * table.shape[0] * labelled
+    out = np.empty(buffer_bytes(*table.shape) + extra, dtype=np.uint8)
+    n = format_rows(table, np.asarray(decimals, dtype=np.int64), out, label_bytes, label_off)
+    return out[:n].tobytes().decode("utf-8")
