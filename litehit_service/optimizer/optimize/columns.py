@@ -228,9 +228,9 @@ def concat_batches(batches: Sequence[Batch]) -> Batch:
 
 @dataclass(slots=True)
 class TraceBatches:
-    """A trace's batches (:attr:`batches`, read once, in file order), the progress
-    ``unit`` ("bytes", "rows" or "records") and its ``total`` when known; ``done(batch)``
-    is how many units a batch consumed (what a progress bar advances by)."""
+    """A trace's batches (:attr:`batches`: ``(batch, units it consumed)``, read once, in
+    file order; the units are what a progress bar advances by), the progress ``unit``
+    ("bytes", "rows" or "records") and its ``total`` when known."""
 
     unit: str
     total: int | None
