@@ -258,21 +258,29 @@ def test_parquet_tables_hold_the_csvs_values(tmp_path) -> None:
                     assert f"{value:.6f}" == cell, name
                 else:
                     assert str(value) == cell, name
+    whole = tmp_path / "w"  # several groups in parallel: the whole-trace path, same tables
     assert main(["optimize", str(path), "--max-workers", "2", "--output-format", "parquet",
-                 "-o", str(tmp_path / "x")]) == 2  # fmt: skip
-    assert not (tmp_path / "x").exists()
+                 "-o", str(whole)]) == 0  # fmt: skip
+    for iid in "abcdef":
+        name = f"{iid}_hit_rates.parquet"
+        assert pq.read_table(whole / name).equals(pq.read_table(tmp_path / "p" / name))
 
 
 def test_a_big_trace_streams_by_default(tmp_path, monkeypatch) -> None:
     """Catches the per-CPU default decoding a big multi-group trace whole: from the plan
-    threshold on, no --max-workers means one streamed replay (which alone writes Parquet
-    tables; the whole-trace path refuses them)."""
+    threshold on, no --max-workers means one streamed replay."""
     from litehit_service.offline import outputs
+    from litehit_service.optimizer.optimize import stream
 
+    streamed = []
+    real = stream.stream_optimize
+    monkeypatch.setattr(stream, "stream_optimize",
+                        lambda *a, **k: streamed.append(1) or real(*a, **k))  # fmt: skip
     monkeypatch.setattr("litehit_service.offline.pool.default_workers", lambda: 2)
     path = mixed_case(tmp_path, 12, 3)  # four groups: several workers by default
-    args = ["optimize", str(path), "--output-format", "parquet", "-o", str(tmp_path / "p")]
-    assert main(args) == 2  # small: the groups in parallel, the whole trace
+    assert main(["optimize", str(path), "-o", str(tmp_path / "a")]) == 0
+    assert streamed == []  # small: the groups in parallel, the whole trace
     monkeypatch.setattr(outputs, "PLAN_BYTES", 1)
-    assert main(args) == 0
-    assert (tmp_path / "p" / "a_hit_rates.parquet").exists()
+    assert main(["optimize", str(path), "-o", str(tmp_path / "b")]) == 0
+    assert streamed == [1]
+    assert files(tmp_path / "a") == files(tmp_path / "b")

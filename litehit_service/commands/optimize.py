@@ -102,8 +102,7 @@ def register(subparsers: Any) -> None:
         default="csv",
         help="write the per-read tables as {instance_id}_hit_rates.csv (default) or as "
         ".parquet (the same columns, int64 and float64 rates, for pandas, polars or "
-        "DuckDB); parquet needs the streamed replay (one group, or --max-workers 1, "
-        "without --compare-exact)",
+        "DuckDB)",
     )
     p.add_argument(
         "--reorder-window-ms",
@@ -176,13 +175,7 @@ def run(args: argparse.Namespace) -> int:
     )
     say_plan("optimize", config.trace_file_path, PLAN_MB_PER_S, out_dir)
     trace = None
-    whole = args.compare_exact or runs_in_parallel(config, workers, args.executor)
-    if whole and args.output_format != "csv":
-        raise UsageError(
-            "--output-format parquet streams the replay: give --max-workers 1 (the groups "
-            "in one replay) and leave out --compare-exact"
-        )
-    if whole:
+    if args.compare_exact or runs_in_parallel(config, workers, args.executor):
         trace = load_trace(
             config,
             trace_format=args.trace_format,
@@ -199,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
                 ray_address=args.ray_address,
                 progress=advance,
             )
-        write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns)
+        write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns,
+                      output_format=args.output_format)  # fmt: skip
     else:  # one replay: streamed, memory following the cache
         routing, batches, _ = open_trace_batches(
             config,

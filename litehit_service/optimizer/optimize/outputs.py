@@ -23,8 +23,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from litehit_service.offline.outputs import publish_files
-from litehit_service.optimizer.optimize.rows import format_csv
 from litehit_service.optimizer.optimize.run import OptimizeResult
 
 if TYPE_CHECKING:
@@ -52,6 +50,7 @@ __all__ = [
     "tier_figure",
     "timeseries_figure",
     "write_outputs",
+    "write_pictures",
 ]
 
 PICTURE_DPI = 110
@@ -103,14 +102,46 @@ def write_outputs(
     *,
     draw_chart: bool,
     aggregate_window_ns: int | None = None,
+    output_format: str = "csv",
 ) -> list[str]:
-    """Write every CSV (and the chart; with ``aggregate_window_ns`` the aggregate CSV and
-    its chart) into ``out_dir`` (created if needed), all or nothing; the paths written.
-    O(reads)."""
-    texts = [(csv_name(r.instance_id), format_csv(r.rows, r.tier_names)) for r in result.instances]  # type: ignore[arg-type]
-    texts += picture_texts(result, aggregate_window_ns)
-    figures = picture_figures(result, draw_chart, aggregate_window_ns)
-    return publish_files(out_dir, texts, figures, dpi=PICTURE_DPI)
+    """Write every per-read table (``output_format``: CSV or Parquet, :mod:`.tables`) and
+    the chart (with ``aggregate_window_ns`` the aggregate CSV and its chart) into
+    ``out_dir`` (created if needed), all or nothing; the paths written. O(reads)."""
+    from litehit_service.offline.outputs import atomic_outputs, new_dirs
+    from litehit_service.optimizer.optimize.rows import InstanceRows, Running
+    from litehit_service.optimizer.optimize.tables import TABLES
+
+    tiered = any(r.tier_names for r in result.instances)
+    names = [table_name(r.instance_id, output_format) for r in result.instances]
+    figures = picture_names(tiered, draw_chart, aggregate_window_ns)
+    paths = [os.path.join(out_dir, n) for n in [*names, *figures]]
+    with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
+        for r, tmp in zip(result.instances, tmps, strict=False):
+            assert isinstance(r.rows, InstanceRows)  # the whole-trace path keeps them
+            table = TABLES[output_format](tmp, r.tier_names)
+            try:
+                table.write(r.rows, Running())
+            finally:
+                table.close()
+        write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
+                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns)  # fmt: skip
+    return paths
+
+
+def write_pictures(
+    result: OptimizeResult,
+    to: dict[str, str],
+    *,
+    draw_chart: bool,
+    aggregate_window_ns: int | None,
+) -> None:
+    """Write the pictures asked for (and the aggregate CSV) to the paths ``to`` maps
+    their names to (:func:`picture_names`). O(reads)."""
+    for name, text in picture_texts(result, aggregate_window_ns):
+        with open(to[name], "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+    for name, figure in picture_figures(result, draw_chart, aggregate_window_ns):
+        figure.savefig(to[name], format="png", dpi=PICTURE_DPI)
 
 
 def picture_names(tiered: bool, draw_chart: bool, aggregate_window_ns: int | None) -> list[str]:

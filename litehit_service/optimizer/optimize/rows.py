@@ -30,6 +30,7 @@ __all__ = [
     "csv_lines",
     "format_csv",
     "instance_rows",
+    "no_rows",
     "row_columns",
     "tier_header",
 ]
@@ -120,6 +121,14 @@ def instance_rows(
         tier_hits=tier_hits,
         tier_cached=tier_cached,
     )
+
+
+def no_rows(block_size: int, tiers: int) -> InstanceRows:
+    """An instance's rows when it read nothing."""
+    empty = np.zeros(0, dtype=np.int64)
+    none = np.zeros((0, tiers), dtype=np.int64)
+    return InstanceRows(empty, empty, empty, empty, empty, empty, empty, empty, block_size,
+                        none, none)  # fmt: skip
 
 
 def concat_rows(parts: Sequence[InstanceRows]) -> InstanceRows:

@@ -28,7 +28,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TextIO
 
 import numpy as np
 
@@ -42,22 +41,17 @@ from litehit_service.optimizer.optimize.config import (
     OptimizeConfig,
 )
 from litehit_service.optimizer.optimize.outputs import (
-    PICTURE_DPI,
-    picture_figures,
     picture_names,
-    picture_texts,
     table_name,
+    write_pictures,
 )
 from litehit_service.optimizer.optimize.rows import (
     InstanceRows,
     RowTotals,
     Running,
-    column_names,
     concat_rows,
-    csv_header,
-    csv_lines,
     instance_rows,
-    row_columns,
+    no_rows,
 )
 from litehit_service.optimizer.optimize.run import (
     InstanceResult,
@@ -65,16 +59,9 @@ from litehit_service.optimizer.optimize.run import (
     build_setup,
     check_delay,
 )
+from litehit_service.optimizer.optimize.tables import TABLES, CsvTable, ParquetTable
 
-__all__ = [
-    "DEFAULT_REORDER_WINDOW_MS",
-    "HELD_KEYS",
-    "TABLES",
-    "CsvTable",
-    "ParquetTable",
-    "Reorder",
-    "stream_optimize",
-]
+__all__ = ["DEFAULT_REORDER_WINDOW_MS", "HELD_KEYS", "Reorder", "stream_optimize"]
 
 DEFAULT_REORDER_WINDOW_MS = 1000
 """How far out of time order a record may be by default (ms), as the log converters."""
@@ -170,52 +157,6 @@ def _take(batch: Batch, order: np.ndarray) -> Batch:
     )  # fmt: skip
 
 
-class CsvTable:
-    """An instance's ``{id}_hit_rates.csv`` written batch by batch (byte-identical to the
-    whole file :func:`~.rows.format_csv` writes)."""
-
-    def __init__(self, path: str, tier_names: tuple[str, ...]) -> None:
-        self.tier_names = tier_names
-        self.file: TextIO = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
-        self.file.write(csv_header(tier_names))
-
-    def write(self, rows: InstanceRows, running: Running) -> None:
-        self.file.write(csv_lines(rows, self.tier_names, running))
-
-    def close(self) -> None:
-        self.file.close()
-
-
-class ParquetTable:
-    """An instance's ``{id}_hit_rates.parquet``: the CSV's columns by the same names,
-    int64, the rates float64 (not rounded), one row group per batch."""
-
-    def __init__(self, path: str, tier_names: tuple[str, ...]) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        self.tier_names = tier_names
-        _, decimals = row_columns(_no_rows(1, len(tier_names)), tier_names, Running())
-        self.schema = pa.schema([
-            (name, pa.float64() if d else pa.int64())
-            for name, d in zip(column_names(tier_names), decimals, strict=True)
-        ])  # fmt: skip
-        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
-
-    def write(self, rows: InstanceRows, running: Running) -> None:
-        import pyarrow as pa
-
-        columns, _ = row_columns(rows, self.tier_names, running)
-        self.writer.write_table(pa.table(columns, schema=self.schema))
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-TABLES = {"csv": CsvTable, "parquet": ParquetTable}
-"""``--output-format``: how the per-read tables are written."""
-
-
 @dataclass(frozen=True, slots=True)
 class _Lane:
     """One instance's output while the stream runs."""
@@ -264,13 +205,8 @@ def stream_optimize(
             for lane in lanes:
                 lane.table.close()
         result = _result(config, replayer, lanes, seconds, memory, pictures)
-        if pictures:
-            to = dict(zip(figures, tmps[len(names) :], strict=True))
-            for name, text in picture_texts(result, aggregate_window_ns):
-                with open(to[name], "w", encoding="utf-8", newline="") as fh:
-                    fh.write(text)
-            for name, figure in picture_figures(result, draw_chart, aggregate_window_ns):
-                figure.savefig(to[name], format="png", dpi=PICTURE_DPI)
+        write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
+                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns)  # fmt: skip
     return result
 
 
@@ -359,7 +295,7 @@ def _result(
         n = len(lane.tier_names)
         rows: InstanceRows | RowTotals = lane.totals
         if keep:
-            rows = concat_rows(lane.kept) if lane.kept else _no_rows(inst.block_size, n)
+            rows = concat_rows(lane.kept) if lane.kept else no_rows(inst.block_size, n)
         out.append(
             InstanceResult(
                 instance_id=inst.instance_id,
@@ -378,10 +314,3 @@ def _result(
             )
         )
     return OptimizeResult(tuple(out), seconds, result.memory_bytes + held)
-
-
-def _no_rows(block_size: int, tiers: int) -> InstanceRows:
-    empty = np.zeros(0, dtype=np.int64)
-    none = np.zeros((0, tiers), dtype=np.int64)
-    return InstanceRows(empty, empty, empty, empty, empty, empty, empty, empty, block_size,
-                        none, none)  # fmt: skip
