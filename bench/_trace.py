@@ -12,6 +12,8 @@ import gc
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -26,6 +28,33 @@ MIB = 1 << 20
 LMCACHE_BYTES_PER_CHUNK = 64 * MIB
 """Default KV bytes per chunk of :func:`write_lmcache_log` (bf16 [32, 512, 2048])."""
 _MASK64 = (1 << 64) - 1
+
+
+_PEAK = (
+    "import os, sys\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execv(sys.executable, [sys.executable, '-m', 'litehit_service', *sys.argv[1:]])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "print(f'peak-rss-kib {usage.ru_maxrss}', file=sys.stderr)\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def peak_run(
+    argv: Sequence[str], env: dict[str, str] | None = None, timeout: float | None = None
+) -> tuple[float, int, subprocess.CompletedProcess[str]]:
+    """Wall seconds, peak RSS (bytes, from ``wait4``) and the finished process of
+    ``litehit ARGV`` run by a small parent: a child's peak counts the pages of the process
+    it was forked from until its ``exec`` (Linux keeps the high-water mark across it), so
+    forking from a benchmark or a test that holds a trace would inflate it. The parent's
+    last stderr line carries the figure; the process's own stderr comes before it."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _PEAK, *argv], env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+    wall = time.perf_counter() - start
+    kib = int(done.stderr.rsplit("peak-rss-kib ", 1)[1]) if "peak-rss-kib " in done.stderr else 0
+    return wall, kib * 1024, done
 
 
 def load_mooncake(path: Path, block_size: int = 512) -> list[tuple[list[int], int]]:

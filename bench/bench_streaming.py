@@ -30,7 +30,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,36 +38,19 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _trace import write_standard_copies  # noqa: E402
+from _trace import peak_run, write_standard_copies  # noqa: E402
 from bench_peers import write_oracle_general  # noqa: E402
 
 BLOCK_TOKENS, BYTES_PER_TOKEN = 512, 4096
 
 
-PEAK = (
-    "import os, sys\n"
-    "pid = os.fork()\n"
-    "if pid == 0:\n"
-    "    os.execv(sys.executable, [sys.executable, '-m', 'litehit_service', *sys.argv[1:]])\n"
-    "_, status, usage = os.wait4(pid, 0)\n"
-    "print(f'peak-rss-kib {usage.ru_maxrss}', file=sys.stderr)\n"
-    "sys.exit(os.waitstatus_to_exitcode(status))\n"
-)
-"""Runs ``litehit ARGV`` in a fresh, small parent: a child's peak RSS counts the memory of
-the process it was forked from until its ``exec`` (Linux keeps the high-water mark across
-``exec``), so forking from this benchmark (which holds the trace's keys) would inflate it."""
-
-
 def run(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of ``litehit ARGV`` as a fresh process."""
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", PEAK, *argv], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)  # fmt: skip
-    wall = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"litehit {' '.join(argv)} failed:\n{proc.stderr}")
-    peak = int(proc.stderr.rsplit("peak-rss-kib ", 1)[1])
-    return wall, peak * 1024
+    """Wall seconds and peak RSS (bytes) of ``litehit ARGV`` as a fresh process
+    (:func:`_trace.peak_run`)."""
+    wall, peak, done = peak_run(argv)
+    if done.returncode:
+        raise SystemExit(f"litehit {' '.join(argv)} failed:\n{done.stderr}")
+    return wall, peak
 
 
 def policy_config(path: Path, trace: Path, out: Path, quota_blocks: int) -> Path:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from litehit_service.optimizer.optimize.config import load_optimize_config
 from litehit_service.optimizer.optimize.outputs import write_outputs
 from litehit_service.optimizer.optimize.run import run_optimize
 from litehit_service.optimizer.optimize.trace import load_trace
+from tests.test_lmcache_reader import load_bench_trace
 from tests.test_optimize_parallel import files, group, inst, mixed_case, write_config
 
 _COLUMNS = "litehit_service.traces.readers.columns"
@@ -116,17 +115,6 @@ def test_a_bad_record_late_in_the_trace_leaves_no_file(tmp_path, monkeypatch, ca
     assert sorted(os.listdir(tmp_path / "out")) == ["keep.txt"]
 
 
-PEAK = (
-    "import os, sys\n"
-    "pid = os.fork()\n"
-    "if pid == 0:\n"
-    "    os.execv(sys.executable, [sys.executable, '-m', 'litehit_service', *sys.argv[1:]])\n"
-    "_, status, usage = os.wait4(pid, 0)\n"
-    "print(f'peak-rss-kib {usage.ru_maxrss}', file=sys.stderr)\n"
-    "sys.exit(os.waitstatus_to_exitcode(status))\n"
-)  # a small parent: the peak of a forked child counts its parent's pages until exec
-
-
 def _fresh_key_trace(path: Path, requests: int, keys_per: int) -> None:
     """``requests`` requests of ``keys_per`` fresh keys each (nothing ever hits twice)."""
     import numpy as np
@@ -150,11 +138,10 @@ def _peak_mib(tmp: Path, requests: int) -> float:
     data["trace_file_path"] = str(trace)
     config.write_text(json.dumps(data))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", PEAK, "optimize", str(config), "-o",
-                           str(tmp / f"o{requests}"), "--max-workers", "1"], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    argv = ["optimize", str(config), "-o", str(tmp / f"o{requests}"), "--max-workers", "1"]
+    _, peak, done = load_bench_trace().peak_run(argv, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    return int(done.stderr.rsplit("peak-rss-kib ", 1)[1]) / 1024
+    return peak / 2**20
 
 
 def test_peak_memory_follows_the_cache_not_the_trace(tmp_path) -> None:

@@ -26,6 +26,7 @@ from litehit_service.commands.options import (
     add_max_line_bytes,
     add_output_file,
     add_trace_format,
+    non_negative_int,
     positive_int,
     required_options,
 )
@@ -55,7 +56,7 @@ def register(subparsers: Any) -> None:
                    help="output_tokens of every request (default 128)")  # fmt: skip
     add_output_file(p, "the dataset to write (default bench_dataset.jsonl)",
                     default="bench_dataset.jsonl")  # fmt: skip
-    p.add_argument("-n", "--max-samples", type=_samples, default=None, metavar="N",
+    p.add_argument("-n", "--max-samples", type=non_negative_int, default=None, metavar="N",
                    help="keep the first N requests in time order (default or 0: all)")  # fmt: skip
     add_instance(p, "keep one instance's requests: an LMCache model_name, a standard trace's "
                  "instance_id (default: all)", aliases=("--model",))  # fmt: skip
@@ -64,17 +65,6 @@ def register(subparsers: Any) -> None:
                    help="mooncake/standard: tokens per key (default 512 / 256)")  # fmt: skip
     add_max_line_bytes(p, "input")
     p.set_defaults(func=run)
-
-
-def _samples(text: str) -> int:
-    """``-n``: an integer >= 0 (0 keeps everything, as LMCache)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

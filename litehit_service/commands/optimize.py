@@ -33,6 +33,7 @@ from litehit_service.commands.options import (
     add_output_dir,
     add_trace_options,
     config_path,
+    non_negative_int,
     positive_int,
 )
 
@@ -106,7 +107,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--reorder-window-ms",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=None,
         metavar="MS",
         help="how far out of time order the trace's records may be: they are replayed in "
@@ -119,16 +120,6 @@ def register(subparsers: Any) -> None:
 PLAN_MB_PER_S = 45.0
 """What ``optimize`` streams on a 2-core machine, in MB/s of JSONL (bench/README.md:
 Mooncake x 40, one lru instance)."""
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
 
 
 def _window_seconds(text: str) -> float:

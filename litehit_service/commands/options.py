@@ -50,6 +50,7 @@ __all__ = [
     "add_trace_options",
     "config_path",
     "hidden_aliases",
+    "non_negative_int",
     "positive_int",
     "required_options",
     "trace_format",
@@ -360,6 +361,17 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (the message names the value otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return value
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +33,7 @@ __all__ = [
     "build_setup",
     "check_delay",
     "gather",
+    "instance_results",
     "run_optimize",
 ]
 
@@ -206,21 +207,36 @@ def gather(
     """Every instance's :class:`InstanceResult` from a replay of ``trace`` under
     ``config`` (``result``: one replay of every group, or groups replayed apart and
     merged). O(reads)."""
+    rows = [
+        instance_rows(trace.records, trace.input_lens, result.rows, index, inst.block_size,
+                      len(group.tiers))
+        for index, (group, inst) in enumerate(
+            (g, i) for g in config.groups for i in g.instances
+        )
+    ]  # fmt: skip
+    return OptimizeResult(instance_results(config, result, rows), seconds, result.memory_bytes)
+
+
+def instance_results(
+    config: OptimizeConfig,
+    result: ReplayResult,
+    rows: Sequence[InstanceRows | RowTotals],
+) -> tuple[InstanceResult, ...]:
+    """Every instance's :class:`InstanceResult` (configuration order) from a replay's
+    totals and each instance's ``rows`` (or their totals). O(instances x tiers)."""
     out: list[InstanceResult] = []
     index = 0
     for group in config.groups:
         quota = group.tier_quota_bytes(0) if group.tiers else group.quota_bytes
         names = tuple(t.name for t in group.tiers)
+        n = len(names)
         for inst in group.instances:
-            n = len(names)
             out.append(
                 InstanceResult(
                     instance_id=inst.instance_id,
                     group_name=group.group_name,
                     policy=inst.policy.name,
-                    rows=instance_rows(
-                        trace.records, trace.input_lens, result.rows, index, inst.block_size, n
-                    ),
+                    rows=rows[index],
                     peak_cached_blocks=int(result.peak[index]),
                     cached_blocks=int(result.cached[index]),
                     evicted_blocks=int(result.evicted[index]),
@@ -233,4 +249,4 @@ def gather(
                 )
             )
             index += 1
-    return OptimizeResult(tuple(out), seconds, result.memory_bytes)
+    return tuple(out)

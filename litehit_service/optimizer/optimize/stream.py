@@ -36,8 +36,6 @@ from litehit_core.policy_replay import Replayer, ReplayRecords
 from litehit_service.offline.outputs import atomic_outputs, new_dirs
 from litehit_service.optimizer.optimize.columns import Batch, Routing, TraceBatches
 from litehit_service.optimizer.optimize.config import (
-    GroupConfig,
-    InstanceConfig,
     OptimizeConfig,
 )
 from litehit_service.optimizer.optimize.outputs import (
@@ -54,10 +52,10 @@ from litehit_service.optimizer.optimize.rows import (
     no_rows,
 )
 from litehit_service.optimizer.optimize.run import (
-    InstanceResult,
     OptimizeResult,
     build_setup,
     check_delay,
+    instance_results,
 )
 from litehit_service.optimizer.optimize.tables import TABLES, CsvTable, ParquetTable
 
@@ -193,7 +191,8 @@ def stream_optimize(
     with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
         lanes = []
         try:
-            for inst, group, tmp in _members(config, tmps):
+            members = [(group, inst) for group in config.groups for inst in group.instances]
+            for (group, inst), tmp in zip(members, tmps, strict=False):
                 tier_names = tuple(t.name for t in group.tiers)
                 table = table_type(tmp, tier_names)
                 lanes.append(_Lane(table, Running(), RowTotals(inst.block_size), [], tier_names))
@@ -208,16 +207,6 @@ def stream_optimize(
         write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
                        draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns)  # fmt: skip
     return result
-
-
-def _members(
-    config: OptimizeConfig, tmps: list[str]
-) -> Iterator[tuple[InstanceConfig, GroupConfig, str]]:
-    i = 0
-    for group in config.groups:
-        for inst in group.instances:
-            yield inst, group, tmps[i]
-            i += 1
 
 
 def _replay(
@@ -288,29 +277,13 @@ def _result(
     keep: bool,
 ) -> OptimizeResult:
     result = replayer.finish()
-    out: list[InstanceResult] = []
-    for index, (inst, group, _) in enumerate(_members(config, [""] * len(lanes))):
-        lane = lanes[index]
-        quota = group.tier_quota_bytes(0) if group.tiers else group.quota_bytes
-        n = len(lane.tier_names)
-        rows: InstanceRows | RowTotals = lane.totals
-        if keep:
-            rows = concat_rows(lane.kept) if lane.kept else no_rows(inst.block_size, n)
-        out.append(
-            InstanceResult(
-                instance_id=inst.instance_id,
-                group_name=group.group_name,
-                policy=inst.policy.name,
-                rows=rows,
-                peak_cached_blocks=int(result.peak[index]),
-                cached_blocks=int(result.cached[index]),
-                evicted_blocks=int(result.evicted[index]),
-                expired_blocks=int(result.expired[index]),
-                written_blocks=int(result.written[index]),
-                capacity_blocks=None if quota < 0 else quota // inst.bytes_per_block,
-                tier_names=lane.tier_names,
-                tier_cached_blocks=tuple(int(v) for v in result.tier_cached[index, :n]),
-                tier_evicted_blocks=tuple(int(v) for v in result.tier_evicted[index, :n]),
-            )
-        )
-    return OptimizeResult(tuple(out), seconds, result.memory_bytes + held)
+    rows: list[InstanceRows | RowTotals] = [lane.totals for lane in lanes]
+    if keep:
+        rows = [
+            concat_rows(lane.kept) if lane.kept else no_rows(lane.totals.block_size,
+                                                             len(lane.tier_names))
+            for lane in lanes
+        ]  # fmt: skip
+    return OptimizeResult(
+        instance_results(config, result, rows), seconds, result.memory_bytes + held
+    )

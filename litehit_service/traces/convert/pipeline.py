@@ -137,6 +137,9 @@ def convert_trace(
         raise ValueError(f"--from {source_format} takes one input, got {len(paths)}")
     if time_offset_ns is None:
         time_offset_ns = source.default_time_offset_ns
+    container = output_container(output, to)
+    # a standard trace goes to Parquet by columns; everything else is written as JSONL
+    columns = not isinstance(source, Converter) and source.columnar and container == "parquet"
     published = [output] + ([emit_config] if emit_config else [])
     tmp_paths = [tmp_path(path) for path in published]
     details: list[str] = []
@@ -158,18 +161,13 @@ def convert_trace(
                     )  # fmt: skip
                 note = _emit_config(emit_config, tmp_paths, output, instances, size, {},
                                     kv_bytes_per_chunk)  # fmt: skip
-            elif source.columnar and output_container(output, to) == "parquet":
-                count, instances, note = _convert_columns(
-                    paths[0], output, block_size or source.default_block_size or 0,
-                    kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
-                )  # fmt: skip
             else:
                 count, instances, note = _convert(
                     source_format, paths[0], output, block_size, instance_id, model,
                     kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
+                    columns,
                 )  # fmt: skip
-            container = output_container(output, to)
-            if container != "jsonl" and not (source.columnar and container == "parquet"):
+            if container != "jsonl" and not columns:
                 # written as JSONL first; now into its container
                 plain = tmp_paths[0] + ".jsonl"
                 os.replace(tmp_paths[0], plain)
@@ -226,8 +224,10 @@ def _convert(
     emit_config: str | None,
     tmp_paths: list[str],
     max_line_bytes: int,
+    columns: bool = False,
 ) -> tuple[int, list[str], str]:
-    """Write the output (and config) tmp files; returns (events, instance ids, stderr note)."""
+    """Write the output (and config) tmp files; returns (events, instance ids, stderr note).
+    ``columns``: a standard trace written as Parquet by columns (:mod:`.columnar`)."""
     reader = get_reader(fmt)
     sizes: dict[str, int] = {}
     events: Iterable[TraceEvent] | None = None
@@ -252,7 +252,40 @@ def _convert(
     else:
         block_size = block_size_arg or reader.default_block_size or 0
 
-    with open(tmp_paths[0], "w", encoding="utf-8", newline="\n") as out:
+    if columns:
+        from litehit_service.traces.convert.columnar import convert_columns
+
+        with byte_progress(plain_size(input_path), "convert") as advance:
+            count, instances = convert_columns(
+                input_path, tmp_paths[0], time_offset_ns, max_line_bytes, advance
+            )
+    else:
+        count, instances = _write_jsonl(
+            fmt, input_path, tmp_paths[0], events, total, block_size, instance_id,
+            time_offset_ns, max_line_bytes,
+        )  # fmt: skip
+    if count == 0:
+        raise LocatedError(input_path, 0, "no events to convert")
+
+    note = _emit_config(emit_config, tmp_paths, output, instances, block_size, sizes,
+                        kv_bytes_per_chunk)  # fmt: skip
+    return count, instances, note
+
+
+def _write_jsonl(
+    fmt: str,
+    input_path: str,
+    out_path: str,
+    events: Iterable[TraceEvent] | None,
+    total: int | None,
+    block_size: int,
+    instance_id: str | None,
+    time_offset_ns: int,
+    max_line_bytes: int,
+) -> tuple[int, list[str]]:
+    """The events (read already, or the input's lines parsed as they come) as standard
+    JSONL at ``out_path``; (events written, instance ids)."""
+    with open(out_path, "w", encoding="utf-8", newline="\n") as out:
         if events is not None:  # read (LMCache: and sorted) already; a bar of events
             count, instances = write_events(
                 progress(events, "ev", total), out, time_offset_ns, input_path
@@ -263,36 +296,7 @@ def _convert(
                     fmt, input_path, block_size, instance_id or "default", max_line_bytes, advance
                 )
                 count, instances = write_events(lines, out, time_offset_ns, input_path)
-    if count == 0:
-        raise LocatedError(input_path, 0, "no events to convert")
-
-    note = _emit_config(emit_config, tmp_paths, output, instances, block_size, sizes,
-                        kv_bytes_per_chunk)  # fmt: skip
-    return count, instances, note
-
-
-def _convert_columns(
-    input_path: str,
-    output: str,
-    block_size: int,
-    kv_bytes_per_chunk: int | None,
-    time_offset_ns: int,
-    emit_config: str | None,
-    tmp_paths: list[str],
-    max_line_bytes: int,
-) -> tuple[int, list[str], str]:
-    """A standard trace to Parquet by columns (:mod:`.columnar`); as :func:`_convert`."""
-    from litehit_service.traces.convert.columnar import convert_columns
-
-    with byte_progress(plain_size(input_path), "convert") as advance:
-        count, instances = convert_columns(
-            input_path, tmp_paths[0], time_offset_ns, max_line_bytes, advance
-        )
-    if count == 0:
-        raise LocatedError(input_path, 0, "no events to convert")
-    note = _emit_config(emit_config, tmp_paths, output, instances, block_size, {},
-                        kv_bytes_per_chunk)  # fmt: skip
-    return count, instances, note
+    return count, instances
 
 
 def _emit_config(
