@@ -95,8 +95,12 @@ class Reorder:
                 raise self._late(batch, int(np.argmax(late)))
             self.latest = max(self.latest, int(times.max()))
         both = batch if self.held is None else _concat(self.held, batch)
-        order = np.argsort(both.times, kind="stable")
-        cut = int(np.searchsorted(both.times[order], self.latest - self.window_ns, "right"))
+        held_times = both.times
+        if bool(np.all(held_times[1:] >= held_times[:-1])):  # already in order: no sort
+            order = np.arange(len(held_times))
+        else:
+            order = np.argsort(held_times, kind="stable")
+        cut = int(np.searchsorted(held_times[order], self.latest - self.window_ns, "right"))
         weight = both.lens[order] + 1
         after = np.cumsum(weight[::-1])[::-1]  # keys and records held from each index on
         bounded = int(np.searchsorted(-after, -self.held_keys, "left"))  # first after <= cap
@@ -136,12 +140,22 @@ def _concat(a: Batch, b: Batch) -> Batch:
 
 
 def _take(batch: Batch, order: np.ndarray) -> Batch:
-    """The records ``order`` of ``batch`` (their keys and masks with them)."""
+    """The records ``order`` of ``batch`` (their keys and masks with them); a run of
+    consecutive records (a sorted trace's case) is a slice, copying nothing."""
     n = len(batch.kinds)
-    if len(order) == n and (n == 0 or bool(np.all(order == np.arange(n)))):
-        return batch
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(batch.lens, out=off[1:])
+    if not len(order) or (
+        int(order[-1]) - int(order[0]) == len(order) - 1 and bool(np.all(np.diff(order) == 1))
+    ):
+        lo = int(order[0]) if len(order) else 0
+        hi = lo + len(order)
+        keys = slice(int(off[lo]), int(off[hi]))
+        return Batch(
+            batch.kinds[lo:hi], batch.insts[lo:hi], batch.times[lo:hi], batch.lens[lo:hi],
+            batch.inputs[lo:hi], batch.keys[keys], batch.local[keys], batch.buckets[lo:hi],
+            batch.lines[lo:hi],
+        )  # fmt: skip
     lens = batch.lens[order]
     new_off = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(lens, out=new_off[1:])
