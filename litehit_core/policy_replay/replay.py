@@ -18,7 +18,11 @@ from litehit_core.policy_replay.check import check_arrays
 from litehit_core.policy_replay.index import rebuild_table
 from litehit_core.policy_replay.loop import ROW_FIELDS, WRITE, flush, replay_chunk
 from litehit_core.policy_replay.state import (
+    ALIVE,
+    LIFE_FIELDS,
     LIVES,
+    MIN_NODES,
+    NONE,
     PENDING,
     STRIDE,
     USERS,
@@ -123,9 +127,11 @@ class Replayer:
     (the records within ``setup.delay_ns`` of the last one, at least the last one): memory
     follows the cache, not the trace. ``setup.ttl_values`` may grow between batches
     (``feed(..., ttl_values=)``: new TTLs are appended, the known keep their bucket).
-    ``analyse_keys`` >= 0: the analyses' per-key arrays for one batch of that many keys
-    (:func:`replay`). Replaying a trace in any split into batches gives exactly the rows
-    and totals of one :func:`replay`."""
+    ``analyse_keys`` >= 0: an analysis replay (nodes kept, lives recorded): after each
+    :meth:`feed`, :attr:`key_hits` holds per key of the records fed the base slot a read
+    hit (-1 none), and :meth:`drain_lives` takes the lives that ended out of ``lives``, so
+    an analysis streams too. Replaying a trace in any split into batches gives exactly
+    the rows and totals of one :func:`replay`."""
 
     def __init__(self, setup: ReplaySetup, *, check: bool = False, analyse_keys: int = -1) -> None:
         self.setup = setup
@@ -147,6 +153,11 @@ class Replayer:
         self.delay = np.int64(setup.delay_ns)
         self.carry = _slice(_EMPTY, 0, 0)
         self.ttl_values = tuple(setup.ttl_values)
+        self.analyse = analyse_keys >= 0
+        self.key_hits = np.zeros(0, dtype=np.int32)
+        """Analyses: per key of the records of the last :meth:`feed` (``key_hits[i]`` is
+        ``records.keys[records.key_off[0] + i]``'s), the base slot a read hit (-1: none,
+        or not a read)."""
 
     def feed(
         self,
@@ -169,6 +180,10 @@ class Replayer:
         carried = len(self.carry.kinds)
         both = _join(self.carry, records) if carried else records
         n_records = len(both.kinds)
+        if self.analyse:  # one hit slot per key of the records replayed now
+            self.arrays = self.arrays._replace(
+                key_node=np.full(len(both.keys), NONE, dtype=np.int32)
+            )
         n_reads = int(np.count_nonzero(records.kinds != WRITE))
         rows = np.zeros((n_reads, self.width), dtype=np.int64)
         arrays, wp, row = self.arrays, np.int64(0), np.int64(0)
@@ -191,8 +206,33 @@ class Replayer:
                 progress(stop - start)
         self.arrays = arrays
         self.carry = _slice(both, int(wp), n_records)
+        if self.analyse:
+            self.key_hits = arrays.key_node[int(both.key_off[carried]) :]
         rows[:, 0] -= carried
         return rows
+
+    def drain_lives(self, before_ns: int | None = None) -> np.ndarray:
+        """Analyses: the rows of ``lives`` (:data:`~.state.LIFE_FIELDS`) that ended since
+        the last drain (``before_ns``: only those that ended before it), in birth order;
+        the others stay (moved to the front, their blocks' ``life`` renumbered). The
+        replay's time never goes back, so lives drained before the current time
+        (``scalars[NOW]``) are every life that will ever end before it. O(lives held)."""
+        a = self.arrays
+        n = int(a.scalars[LIVES])
+        rows = a.lives[:n]
+        ended = rows[:, _CAUSE] != ALIVE
+        if before_ns is not None:
+            ended &= rows[:, _DEATH] < before_ns
+        out = rows[ended]
+        kept = rows[~ended]
+        alive = kept[:, _CAUSE] == ALIVE  # only a cached block points at its life
+        if len(a.lives) > 4 * max(len(kept), MIN_NODES):  # give back what a peak took
+            lives = np.empty((2 * max(len(kept), MIN_NODES), len(LIFE_FIELDS)), dtype=np.int64)
+            self.arrays = a = a._replace(lives=lives)
+        a.lives[: len(kept)] = kept
+        a.life[kept[alive, _NODE]] = np.flatnonzero(alive)
+        a.scalars[LIVES] = len(kept)
+        return out
 
     def finish(self, rows: np.ndarray | None = None) -> ReplayResult:
         """Apply every write still pending (they produce no rows) and give the totals;
@@ -223,6 +263,10 @@ class Replayer:
             arrays=arrays._replace(lives=arrays.lives[: int(arrays.scalars[LIVES])]),
         )
 
+
+_CAUSE = LIFE_FIELDS.index("cause")
+_DEATH = LIFE_FIELDS.index("death")
+_NODE = LIFE_FIELDS.index("node")
 
 _EMPTY = ReplayRecords(
     kinds=np.zeros(0, dtype=np.int8),

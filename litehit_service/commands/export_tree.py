@@ -10,8 +10,9 @@ most-hit nodes with their ancestors; also printed). Prints one summary line per 
 a progress bar on a terminal; one run line on stderr. Errors as ``litehit optimize``'s:
 exit 2 for bad input, nothing written.
 
-The options every analysis command shares (:func:`add_analysis_options`) and its replay
-(:func:`analyse`) are here; ``litehit lifecycle`` uses them too.
+The options every analysis command shares (:func:`add_analysis_options`), its
+configuration (:func:`analysis_config`) and its replay (:func:`analyse`) are here;
+``litehit lifecycle`` uses them too.
 """
 
 from __future__ import annotations
@@ -20,20 +21,28 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from litehit_service.commands import say_plan
 from litehit_service.commands.options import (
     add_config,
     add_output_dir,
     add_trace_options,
     config_path,
     positive_int,
+    reorder_window_ns,
 )
 
 if TYPE_CHECKING:
+    from litehit_core.policy_replay import Replayer
     from litehit_service.optimizer.analysis.replay import Analysis
     from litehit_service.optimizer.optimize.config import OptimizeConfig
+    from litehit_service.optimizer.optimize.stream import Fed
 
+ANALYSIS_MB_PER_S = 30.0
+"""What an analysis replay streams on a 2-core machine, in MB/s of JSONL (for the plan
+line; bench/README.md: the 200x run)."""
 TREE_DIR = "radix_tree"
 """The folder of the tree files inside the output folder."""
 
@@ -81,33 +90,49 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     add_trace_options(p)
 
 
-def analyse(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, Analysis, str]:
-    """Load the configuration and trace of ``args`` and replay them in analysis mode
-    (progress bar on a terminal): the configuration, the analysis and the output folder.
-    Raises as ``litehit optimize`` does (exit 2 for bad input)."""
+def analysis_config(args: argparse.Namespace, command: str) -> tuple[OptimizeConfig, str]:
+    """The configuration of ``args`` (checked) and the output folder; the plan line of a
+    long run on stderr. Raises as ``litehit optimize`` does (exit 2 for bad input)."""
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+
+    config = load_optimize_config(config_path(args))
+    out_dir = args.output_dir or config.output_result_path
+    say_plan(command, config.trace_file_path, ANALYSIS_MB_PER_S, out_dir)
+    return config, out_dir
+
+
+def analyse(
+    args: argparse.Namespace,
+    command: str,
+    config: OptimizeConfig,
+    on_batch: Callable[[Replayer, Fed], object] | None = None,
+) -> Analysis:
+    """Replay the trace of ``config`` (options from ``args``), streamed, in analysis mode
+    (progress bar on a terminal; ``on_batch`` after each batch, as
+    :func:`~litehit_service.optimizer.analysis.replay.run_analysis` calls it). Raises as
+    ``litehit optimize`` does (exit 2 for bad input)."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
     from litehit_service.optimizer.analysis.replay import run_analysis
-    from litehit_service.optimizer.optimize.config import load_optimize_config
-    from litehit_service.optimizer.optimize.trace import load_trace
+    from litehit_service.optimizer.optimize.trace import open_trace_batches
 
-    config = load_optimize_config(config_path(args))
-    trace = load_trace(
+    routing, batches, _ = open_trace_batches(
         config,
         trace_format=args.trace_format,
         instance=args.instance,
         max_line_bytes=args.max_line_bytes,
     )
     load_kernels("policy-replay")  # a compile is announced, and done before the bar
-    with progress_bar(len(trace.records.kinds), "records", command) as advance:
-        analysis = run_analysis(config, trace, progress=advance)
-    return config, analysis, args.output_dir or config.output_result_path
+    with progress_bar(batches.total, batches.unit, command) as advance:
+        return run_analysis(config, routing, batches, window_ns=reorder_window_ns(args),
+                            on_batch=on_batch, progress=advance)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.outputs import publish_files, run_line
     from litehit_service.optimizer.analysis.tree import (
+        PathHits,
         build_trees,
         hot_paths_text,
         tree_json,
@@ -116,8 +141,10 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.optimizer.analysis.tree_plot import hot_paths_figure, tree_figure
 
     start = time.perf_counter()
-    _, analysis, out_dir = analyse(args, "export-tree")
-    trees = build_trees(analysis, with_keys=args.keys)
+    config, out_dir = analysis_config(args, "export-tree")
+    hits = PathHits()
+    analysis = analyse(args, "export-tree", config, hits.add)
+    trees = build_trees(analysis, hits, with_keys=args.keys)
     texts = []
     figures = []
     for tree in trees:

@@ -13,13 +13,14 @@ JSON object); a progress bar on a terminal; one run line on stderr. Errors as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 from typing import Any
 
-from litehit_service.commands.export_tree import add_analysis_options, analyse
+from litehit_service.commands.export_tree import add_analysis_options, analyse, analysis_config
 
 LIFECYCLE_DIR = "lifecycle"
 """The folder of the lifecycle files inside the output folder."""
@@ -46,28 +47,34 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.kernels import load_kernels
-    from litehit_service.offline.outputs import publish_files, run_line
+    from litehit_service.offline.outputs import atomic_outputs, new_dirs, run_line
     from litehit_service.optimizer.analysis.lifecycle import (
-        instance_lives,
-        lifecycle_csv,
+        LifecycleWriter,
         lifecycle_stats,
         stats_text,
     )
     from litehit_service.optimizer.analysis.lifecycle_plot import lifespan_figure
+    from litehit_service.optimizer.analysis.replay import instance_infos
+    from litehit_service.optimizer.optimize.outputs import PICTURE_DPI
 
     start = time.perf_counter()
-    _, analysis, out_dir = analyse(args, "lifecycle")
+    config, out_dir = analysis_config(args, "lifecycle")
     load_kernels("text")
-    every = instance_lives(analysis)
-    texts = []
-    figures = []
-    for lives in every:
-        name = lives.info.instance_id
-        texts.append((os.path.join(LIFECYCLE_DIR, f"{name}_block_lifecycle.csv"),
-                      lifecycle_csv(lives)))  # fmt: skip
-        figures.append((os.path.join(LIFECYCLE_DIR, f"{name}_lifespan.png"),
-                        lifespan_figure(lives)))  # fmt: skip
-    publish_files(out_dir, texts, figures)
+    infos = instance_infos(config)
+    folder = os.path.join(out_dir, LIFECYCLE_DIR)
+    csvs = [os.path.join(folder, f"{i.instance_id}_block_lifecycle.csv") for i in infos]
+    pngs = [os.path.join(folder, f"{i.instance_id}_lifespan.png") for i in infos]
+    with new_dirs([folder]), atomic_outputs([*csvs, *pngs]) as tmps:
+        with contextlib.ExitStack() as files:
+            writer = LifecycleWriter(
+                infos,
+                [files.enter_context(open(t, "w", encoding="utf-8", newline=""))
+                 for t in tmps[: len(csvs)]],
+            )  # fmt: skip
+            analysis = analyse(args, "lifecycle", config, writer.on_batch)
+            every = writer.finish(analysis)
+        for tmp, lives in zip(tmps[len(csvs) :], every, strict=True):
+            lifespan_figure(lives).savefig(tmp, format="png", dpi=PICTURE_DPI)
     stats = [lifecycle_stats(lives) for lives in every]
     if args.json:
         print(json.dumps({"end_time_ns": analysis.end_ns, "instances": stats}, indent=2))
@@ -76,11 +83,11 @@ def run(args: argparse.Namespace) -> int:
     print(
         run_line(
             "lifecycle",
-            sum(len(lives.birth) for lives in every),
+            sum(len(lives.cause) for lives in every),
             "lives",
             f"{len(every)} instances",
             time.perf_counter() - start,
-            os.path.join(out_dir, LIFECYCLE_DIR),
+            folder,
         ),
         file=sys.stderr,
     )

@@ -33,8 +33,8 @@ from litehit_service.commands.options import (
     add_output_dir,
     add_trace_options,
     config_path,
-    non_negative_int,
     positive_int,
+    reorder_window_ns,
 )
 
 
@@ -105,15 +105,6 @@ def register(subparsers: Any) -> None:
         ".parquet (the same columns, int64 and float64 rates, for pandas, polars or "
         "DuckDB)",
     )
-    p.add_argument(
-        "--reorder-window-ms",
-        type=non_negative_int,
-        default=None,
-        metavar="MS",
-        help="how far out of time order the trace's records may be: they are replayed in "
-        "time order (ties in file order) while held that long (default 1000 ms; 0: "
-        "sorted); a record later than that is an error naming it",
-    )
     p.set_defaults(func=run)
 
 
@@ -144,10 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from litehit_service.optimizer.optimize.config import load_optimize_config
     from litehit_service.optimizer.optimize.outputs import summary_json, summary_text, write_outputs
     from litehit_service.optimizer.optimize.parallel import run_parallel, runs_in_parallel
-    from litehit_service.optimizer.optimize.stream import (
-        DEFAULT_REORDER_WINDOW_MS,
-        stream_optimize,
-    )
+    from litehit_service.optimizer.optimize.stream import stream_optimize
     from litehit_service.optimizer.optimize.trace import load_trace, open_trace_batches
     from litehit_service.traces.readers.compressed import text_bytes
 
@@ -194,16 +182,13 @@ def run(args: argparse.Namespace) -> int:
         )
         load_kernels("policy-replay")
         load_kernels("text")
-        reorder_ms = (
-            DEFAULT_REORDER_WINDOW_MS if args.reorder_window_ms is None else args.reorder_window_ms
-        )
         with progress_bar(batches.total, batches.unit, "optimize") as advance:
             result = stream_optimize(
                 config,
                 routing,
                 batches,
                 out_dir,
-                window_ns=reorder_ms * 1_000_000,
+                window_ns=reorder_window_ns(args),
                 draw_chart=args.draw_chart,
                 aggregate_window_ns=window_ns,
                 progress=advance,

@@ -48,6 +48,7 @@ __all__ = [
     "add_touch_order",
     "add_trace_format",
     "add_trace_options",
+    "reorder_window_ns",
     "config_path",
     "hidden_aliases",
     "non_negative_int",
@@ -232,9 +233,15 @@ def add_trace_format(parser: Any, what: str = "trace", aliases: Sequence[str] = 
     )
 
 
-def add_trace_options(parser: argparse.ArgumentParser) -> None:
-    """``--trace-format``, ``--instance`` and ``--max-line-bytes`` of a command that replays
-    an optimizer configuration's trace."""
+DEFAULT_REORDER_WINDOW_MS = 1000
+"""How far out of time order a streamed trace's records may be by default (ms), as the
+log converters'."""
+
+
+def add_trace_options(parser: argparse.ArgumentParser, *, streamed: bool = True) -> None:
+    """``--trace-format``, ``--instance``, ``--max-line-bytes`` and (``streamed``: the
+    trace is read as a stream, :func:`reorder_window_ns`) ``--reorder-window-ms`` of a
+    command that replays an optimizer configuration's trace."""
     add_trace_format(parser)
     add_instance(
         parser,
@@ -242,6 +249,23 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
         "the configuration has several; default: each record's own)",
     )
     add_max_line_bytes(parser, "trace")
+    if not streamed:
+        return
+    parser.add_argument(
+        "--reorder-window-ms",
+        type=non_negative_int,
+        default=DEFAULT_REORDER_WINDOW_MS,
+        metavar="MS",
+        help="how far out of time order the trace's records may be: they are replayed in "
+        f"time order (ties in file order) while held that long (default "
+        f"{DEFAULT_REORDER_WINDOW_MS} ms; 0: sorted); a record later than that is an error "
+        "naming it",
+    )
+
+
+def reorder_window_ns(args: argparse.Namespace) -> int:
+    """``--reorder-window-ms`` in ns."""
+    return int(args.reorder_window_ms) * 1_000_000
 
 
 def add_capacity_gib(parser: Any, help: str, aliases: Sequence[str] = (), **kwargs: Any) -> None:

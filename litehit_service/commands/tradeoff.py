@@ -116,7 +116,7 @@ def register(subparsers: Any) -> None:
     )
     add_output_dir(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    add_trace_options(p)
+    add_trace_options(p, streamed=False)  # the trace is decoded once, sorted whole
     p.set_defaults(func=run)
 
 

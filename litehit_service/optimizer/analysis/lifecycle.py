@@ -3,7 +3,12 @@
 A *life* is a block's stay in one instance's cache (one tier of it when tiered): from its
 insert (a write, a promotion, a cascading demotion into the tier) to its eviction or TTL
 expiry, or alive at the end. Rows come from the replay's ``lives``
-(:data:`~litehit_core.policy_replay.state.LIFE_FIELDS`), in the order the lives began.
+(:data:`~litehit_core.policy_replay.state.LIFE_FIELDS`) as the trace streams
+(:class:`LifecycleWriter`): a life is written once it has ended, so rows are in the order
+the lives ended (by death time; ties in the order they began), then the lives alive at the
+end in the order they began -- the same rows in the same order however the trace is cut
+into batches. Only the lives alive and, per life, what the statistics need
+(~11 bytes: lifespan, tier, cause, hit or not) are held.
 
 The CSV, ``{instance_id}_block_lifecycle.csv``: :data:`HEADER` (plus a trailing ``Tier``
 column, the tier's ``unique_name``, for a tiered instance). Times are the replay's ns
@@ -24,21 +29,35 @@ plus one compiled formatting call per million lives for the CSV.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 import numpy as np
 
-from litehit_core.policy_replay.state import EVICTED, EXPIRED, LIFE_FIELDS
+from litehit_core.policy_replay import Replayer
+from litehit_core.policy_replay.state import (
+    ALIVE,
+    CACHED_ALL,
+    EVICTED,
+    EXPIRED,
+    LIFE_FIELDS,
+    LIVES,
+    NOW,
+    ReplayArrays,
+)
 from litehit_service.offline.text_columns import EMPTY, LABEL, OPTIONAL, table_text
 from litehit_service.optimizer.analysis.replay import Analysis, InstanceInfo
+from litehit_service.optimizer.optimize.stream import Fed
 
 __all__ = [
     "HEADER",
     "CSV_CHUNK_LIVES",
+    "DRAIN_LIVES",
     "PERCENTILES",
     "InstanceLives",
-    "instance_lives",
+    "LifeSummary",
+    "LifecycleWriter",
     "lifecycle_csv",
     "lifecycle_stats",
     "stats_text",
@@ -81,31 +100,120 @@ class InstanceLives:
         return (np.where(self.alive, self.end_ns, self.death) - self.birth) // 1000
 
 
-def instance_lives(analysis: Analysis) -> list[InstanceLives]:
-    """Every configured instance's lives (configuration order). O(lives)."""
-    a = analysis.result.arrays
-    lives = a.lives
-    inst = lives[:, _COL["inst"]]
-    out = []
-    for info in analysis.instances:
-        mine = np.flatnonzero(inst % analysis.users == info.index)
-        rows = lives[mine]
+@dataclass(frozen=True, slots=True)
+class LifeSummary:
+    """One instance's lives as its statistics and picture need them (int64 / int8 / bool
+    arrays, one entry per life, in CSV order): ``lifespan_us``, ``tier``, ``cause``,
+    ``hit`` (hit at least once), and ``paths`` per tier (distinct paths with a life)."""
+
+    info: InstanceInfo
+    lifespan_us: np.ndarray
+    tier: np.ndarray
+    cause: np.ndarray
+    hit: np.ndarray
+    paths: np.ndarray
+
+    @property
+    def alive(self) -> np.ndarray:
+        """Per life, whether it lasts to the end (bool)."""
+        return self.cause == ALIVE
+
+
+DRAIN_LIVES = 1 << 18
+"""Ended lives gathered before they are written (at least as many as are alive, so the
+copying stays O(1) per life)."""
+
+
+class LifecycleWriter:
+    """Writes each instance's CSV while the analysis replay streams (module docstring):
+    :meth:`on_batch` (the replay's ``on_batch``) writes the lives that ended once there
+    are :data:`DRAIN_LIVES` of them and as many as alive; :meth:`finish` writes the rest
+    and gives each instance's :class:`LifeSummary`. ``files``: one open text file per
+    configured instance (configuration order), the header already written or not: it is
+    written here. Memory O(lives alive + 11 bytes a life)."""
+
+    def __init__(self, infos: Sequence[InstanceInfo], files: Sequence[TextIO]) -> None:
+        self.infos = tuple(infos)
+        self.files = tuple(files)
+        self.seen = np.zeros(0, dtype=bool)  # per replica slot: a life of it was written
+        self.parts: list[list[tuple[np.ndarray, ...]]] = [[] for _ in infos]
+        self.paths = [np.zeros(max(len(i.tier_names), 1), dtype=np.int64) for i in infos]
+        for info, fh in zip(self.infos, self.files, strict=True):
+            fh.write(HEADER + (",Tier" if info.tier_names else "") + "\n")
+
+    def on_batch(self, replayer: Replayer, fed: Fed) -> None:
+        """Write the lives that ended, when enough have. O(lives held) when it writes."""
+        scalars = replayer.arrays.scalars
+        alive = int(scalars[CACHED_ALL])  # one life per cached replica
+        if int(scalars[LIVES]) - alive >= max(DRAIN_LIVES, alive):
+            # a life ending at the current time may tie with one ending in the next batch
+            self._write(replayer.drain_lives(int(scalars[NOW])), replayer.arrays, 0)
+
+    def finish(self, analysis: Analysis) -> list[LifeSummary]:
+        """Write the lives left (those that ended, then the alive) and summarise each
+        instance. O(lives left + lives)."""
+        a = analysis.result.arrays
+        rows = a.lives
+        alive = rows[:, _COL["cause"]] == ALIVE
+        self._write(rows[~alive], a, analysis.end_ns)
+        self._write(rows[alive], a, analysis.end_ns)
+        out = []
+        for info, parts, paths in zip(self.infos, self.parts, self.paths, strict=True):
+            columns = [
+                np.concatenate([part[i] for part in parts]) if parts else np.zeros(0, dtype)
+                for i, dtype in enumerate((np.int64, np.int8, np.int8, bool))
+            ]
+            out.append(LifeSummary(info, *columns, paths=paths))
+        return out
+
+    def _write(self, rows: np.ndarray, a: ReplayArrays, end_ns: int) -> None:
+        """Write ``rows`` (lives, ended ones first by death, then alive) per instance."""
+        if not len(rows):
+            return
+        if (rows[:, _COL["cause"]] != ALIVE).all():  # ended lives: in the order they ended
+            rows = rows[np.argsort(rows[:, _COL["death"]], kind="stable")]
+        users = len(self.infos)
         slot = rows[:, _COL["node"]]
-        out.append(
-            InstanceLives(
-                info=info,
-                key=a.key[slot],
-                slot=slot,
-                tier=rows[:, _COL["inst"]] // analysis.users,
-                birth=rows[:, _COL["birth"]],
-                death=rows[:, _COL["death"]],
-                hits=rows[:, _COL["hits"]],
-                last_hit=rows[:, _COL["last_hit"]],
-                cause=rows[:, _COL["cause"]],
-                end_ns=analysis.end_ns,
-            )
-        )
-    return out
+        if len(self.seen) <= int(slot.max()):
+            grown = np.zeros(max(int(slot.max()) + 1, 2 * len(self.seen)), dtype=bool)
+            grown[: len(self.seen)] = self.seen
+            self.seen = grown
+        slots, first = np.unique(slot, return_index=True)
+        fresh = ~self.seen[slots]  # paths (in one tier) whose first life is written now
+        self.seen[slots[fresh]] = True
+        inst = rows[:, _COL["inst"]]
+        fresh_inst = inst[first[fresh]]
+        for info in self.infos:
+            mine = np.flatnonzero(inst % users == info.index)
+            if not len(mine):
+                continue
+            lives = _lives(info, rows[mine], a, users, end_ns)
+            self.files[info.index].writelines(lifecycle_csv(lives, header=False))
+            self.parts[info.index].append(
+                (lives.lifespan_us, lives.tier.astype(np.int8), lives.cause.astype(np.int8),
+                 lives.hits > 0)
+            )  # fmt: skip
+            paths = self.paths[info.index]
+            tiers = fresh_inst[fresh_inst % users == info.index] // users
+            paths += np.bincount(tiers, minlength=len(paths))
+
+
+def _lives(
+    info: InstanceInfo, rows: np.ndarray, a: ReplayArrays, users: int, end_ns: int
+) -> InstanceLives:
+    slot = rows[:, _COL["node"]]
+    return InstanceLives(
+        info=info,
+        key=a.key[slot],
+        slot=slot,
+        tier=rows[:, _COL["inst"]] // users,
+        birth=rows[:, _COL["birth"]],
+        death=rows[:, _COL["death"]],
+        hits=rows[:, _COL["hits"]],
+        last_hit=rows[:, _COL["last_hit"]],
+        cause=rows[:, _COL["cause"]],
+        end_ns=end_ns,
+    )
 
 
 CSV_CHUNK_LIVES = 1 << 20
@@ -113,12 +221,13 @@ CSV_CHUNK_LIVES = 1 << 20
 piece, never held whole."""
 
 
-def lifecycle_csv(lives: InstanceLives) -> Iterator[str]:
-    """The CSV text (module docstring), in pieces of :data:`CSV_CHUNK_LIVES` rows (the
-    header first). O(lives), one compiled call a piece
-    (:func:`~litehit_service.offline.text_columns.table_text`)."""
+def lifecycle_csv(lives: InstanceLives, *, header: bool = True) -> Iterator[str]:
+    """The CSV text of ``lives`` (module docstring), in pieces of :data:`CSV_CHUNK_LIVES`
+    rows (the header first, unless ``header`` is False). O(lives), one compiled call a
+    piece (:func:`~litehit_service.offline.text_columns.table_text`)."""
     tiered = bool(lives.info.tier_names)
-    yield HEADER + (",Tier" if tiered else "") + "\n"
+    if header:
+        yield HEADER + (",Tier" if tiered else "") + "\n"
     labels = ["false", "true", *lives.info.tier_names]
     alive = lives.alive
     for lo in range(0, len(lives.birth), CSV_CHUNK_LIVES):
@@ -139,28 +248,27 @@ def lifecycle_csv(lives: InstanceLives) -> Iterator[str]:
         yield table_text(columns, decimals, labels)
 
 
-def _counts(lives: InstanceLives, mine: np.ndarray) -> dict[str, int]:
+def _counts(lives: LifeSummary, mine: np.ndarray, paths: int) -> dict[str, int]:
     n = int(len(mine))
-    paths = int(len(np.unique(lives.slot[mine])))
     return {
         "lives": n,
         "alive": int(lives.alive[mine].sum()),
         "paths": paths,
         "revivals": n - paths,
-        "never_hit": int((lives.hits[mine] == 0).sum()),
+        "never_hit": int((~lives.hit[mine]).sum()),
         "evicted": int((lives.cause[mine] == EVICTED).sum()),
         "expired": int((lives.cause[mine] == EXPIRED).sum()),
     }
 
 
-def lifecycle_stats(lives: InstanceLives) -> dict[str, object]:
+def lifecycle_stats(lives: LifeSummary) -> dict[str, object]:
     """The statistics of one instance (module docstring) as a JSON-ready dict: counts
     (``lives``, ``alive``, ``paths`` (distinct paths in each tier), ``revivals``,
     ``never_hit``, ``evicted``, ``expired``), ``never_hit_share`` and ``utilisation``
     (0 without lives), ``lifespan_us`` (``p25`` .. ``p99``, ``mean``, ``max``; null
     without lives) and, tiered, ``tiers`` (the counts per tier). O(lives log lives)."""
-    everything = np.arange(len(lives.birth))
-    counts = _counts(lives, everything)
+    everything = np.arange(len(lives.cause))
+    counts = _counts(lives, everything, int(lives.paths.sum()))
     n = counts["lives"]
     span = lives.lifespan_us
     spans: dict[str, float | None]
@@ -181,7 +289,11 @@ def lifecycle_stats(lives: InstanceLives) -> dict[str, object]:
     }
     if lives.info.tier_names:
         stats["tiers"] = [
-            {"tier": t, "name": name, **_counts(lives, np.flatnonzero(lives.tier == t))}
+            {
+                "tier": t,
+                "name": name,
+                **_counts(lives, np.flatnonzero(lives.tier == t), int(lives.paths[t])),
+            }
             for t, name in enumerate(lives.info.tier_names)
         ]
     return stats

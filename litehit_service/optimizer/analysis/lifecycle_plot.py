@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from litehit_core.policy_replay.state import EVICTED, EXPIRED
-from litehit_service.optimizer.analysis.lifecycle import InstanceLives
+from litehit_service.optimizer.analysis.lifecycle import LifeSummary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,7 +40,7 @@ def _cdf(ax: object, seconds: np.ndarray, label: str, **style: object) -> None:
     ax.step(xs, shares * 100, where="post", label=f"{label} ({len(seconds)})", **style)  # type: ignore[attr-defined]
 
 
-def lifespan_figure(lives: InstanceLives) -> Figure:
+def lifespan_figure(lives: LifeSummary) -> Figure:
     """The two panels (module docstring) for one instance."""
     from matplotlib.figure import Figure
 

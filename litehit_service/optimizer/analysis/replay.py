@@ -1,31 +1,31 @@
-"""One analysis replay and how its files are published.
+"""One analysis replay, streamed, and how its files are published.
 
 :func:`run_analysis` replays a validated ``litehit optimize`` configuration in the policy
 replay's analysis mode: no node is ever freed, so a base slot names one block path for the
-whole replay, every block life is a row of ``lives`` and every key a read hit names its
-node in ``key_node`` (:mod:`litehit_core.policy_replay.state`); the commands publish
-their files with :func:`litehit_service.offline.outputs.publish_files`. Cost: the
-replay's O(keys), memory O(every path written) instead of O(cached blocks).
+whole replay, and the replay records every block life (``lives``) and, per batch, the
+slot each read hit (:attr:`~litehit_core.policy_replay.Replayer.key_hits`). The trace is
+read batch by batch through the same reorder window as ``litehit optimize``
+(:func:`~litehit_service.optimizer.optimize.stream.replay_batches`); after each batch the
+command's ``on_batch`` takes what it needs (export-tree: the hits per path; lifecycle: the
+lives that ended), so nothing is kept per record. Memory: the replay's node arrays, one
+entry per path written (the tree is the output), plus the lives still alive and one
+batch; the commands publish their files all or nothing
+(:mod:`litehit_service.offline.outputs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import numpy as np
-
-from litehit_core.policy_replay import ReplayResult, replay
-from litehit_core.policy_replay.state import HIGH, LIFE_FIELDS, STRIDE, USERS
+from litehit_core.policy_replay import Replayer, ReplayResult
+from litehit_core.policy_replay.state import HIGH, NOW, STRIDE, USERS
+from litehit_service.optimizer.optimize.columns import Routing, TraceBatches
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.run import build_setup
-from litehit_service.optimizer.optimize.trace import LoadedTrace
+from litehit_service.optimizer.optimize.stream import Fed, replay_batches
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["Analysis", "InstanceInfo", "read_records", "run_analysis"]
+__all__ = ["Analysis", "InstanceInfo", "instance_infos", "run_analysis"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,60 +43,69 @@ class InstanceInfo:
 
 @dataclass(frozen=True, slots=True)
 class Analysis:
-    """A finished analysis replay: the trace, the replay's result (``result.arrays``: the
-    final arrays, nodes kept), every configured instance, ``stride`` (slots per node: the
-    most tiers of any group), ``users`` (configured instances), ``nodes`` (base slots
-    used: every path written, all instances) and ``end_ns``: the end of the replay, the
-    later of the last record's time and the last write applied (a write delayed past the
-    last record is applied at its due time)."""
+    """A finished analysis replay: the replay's result (``result.arrays``: the final
+    arrays, nodes kept; ``lives``: the lives no ``on_batch`` drained), every configured
+    instance, ``stride`` (slots per node: the most tiers of any group), ``users``
+    (configured instances), ``nodes`` (base slots used: every path written, all
+    instances), ``records`` replayed and ``end_ns``: the end of the replay, the later of
+    the last record's time and the last write applied (a write delayed past the last
+    record is applied at its due time)."""
 
-    trace: LoadedTrace
     result: ReplayResult
     instances: tuple[InstanceInfo, ...]
     stride: int
     users: int
     nodes: int
+    records: int
     end_ns: int
+
+
+def instance_infos(config: OptimizeConfig) -> tuple[InstanceInfo, ...]:
+    """Every configured instance as the analyses name it, in configuration order."""
+    infos = []
+    for group in config.groups:
+        names = tuple(t.name for t in group.tiers)
+        for inst in group.instances:
+            infos.append(InstanceInfo(inst.instance_id, len(infos), group.group_name,
+                                      inst.policy.name, names))  # fmt: skip
+    return tuple(infos)
 
 
 def run_analysis(
     config: OptimizeConfig,
-    trace: LoadedTrace,
+    routing: Routing,
+    batches: TraceBatches,
     *,
+    window_ns: int,
+    on_batch: Callable[[Replayer, Fed], object] | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> Analysis:
-    """Replay ``trace`` under ``config`` in analysis mode; ``progress(n)`` hears records
-    done. LocatedError as ``litehit optimize`` for a configuration the replay refuses.
-    O(keys) time, O(paths written + block lives) memory."""
-    setup = build_setup(config, trace)._replace(analyse=True)
-    result = replay(setup, trace.records, progress=progress)
+    """Replay ``batches`` (:func:`~..optimize.trace.open_trace_batches`) under ``config`` in
+    analysis mode, in time order within ``window_ns``; ``on_batch(replayer, fed)`` runs
+    after each batch (the replayer's ``key_hits`` are that batch's); ``progress(n)``
+    hears the input units done. LocatedError as ``litehit optimize`` for a bad record or a
+    configuration the replay refuses. O(keys) time; memory O(paths written + lives
+    alive + one batch)."""
+    replayer = Replayer(build_setup(config)._replace(analyse=True), analyse_keys=0)
+    records = 0
+    last = 0
+    for fed in replay_batches(replayer, config, routing, batches, window_ns):
+        if on_batch is not None:
+            on_batch(replayer, fed)
+        records += len(fed.batch.kinds)
+        if len(fed.batch.times):
+            last = int(fed.batch.times[-1])
+        if progress is not None and fed.done:
+            progress(fed.done)
+    result = replayer.finish()
     arrays = result.arrays
     stride = int(arrays.scalars[STRIDE])
-    infos = []
-    index = 0
-    for group in config.groups:
-        names = tuple(t.name for t in group.tiers)
-        for inst in group.instances:
-            infos.append(
-                InstanceInfo(inst.instance_id, index, group.group_name, inst.policy.name, names)
-            )
-            index += 1
-    times = trace.records.times
-    lives = arrays.lives
-    events = lives[:, [LIFE_FIELDS.index("birth"), LIFE_FIELDS.index("death")]]
-    end = max(int(times[-1]) if len(times) else 0, int(events.max()) if len(lives) else 0)
     return Analysis(
-        trace=trace,
         result=result,
-        instances=tuple(infos),
+        instances=instance_infos(config),
         stride=stride,
         users=int(arrays.scalars[USERS]),
         nodes=int(arrays.scalars[HIGH]) // stride,
-        end_ns=end,
+        records=records,
+        end_ns=max(last, int(arrays.scalars[NOW])),
     )
-
-
-def read_records(analysis: Analysis) -> np.ndarray:
-    """Per key of the records, the index of the record it belongs to (int64). O(keys)."""
-    off = analysis.trace.records.key_off
-    return np.repeat(np.arange(len(off) - 1, dtype=np.int64), np.diff(off))

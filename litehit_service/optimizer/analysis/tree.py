@@ -13,9 +13,18 @@ block masks; ``last_access_time``: ns of the latest such get (null: never hit);
 prefix-chained keys the last key names the whole path); with ``keys`` every block key.
 
 Everything is computed with numpy from the replay's final node arrays (pointer jumping
-for roots and chain heads, ``np.unique`` over (get, node) pairs for the per-get dedupe):
-O(paths x log(depth) + hit keys x log), no Python loop per block; the JSON text is one
-line per node.
+for roots and chain heads): O(paths x log(depth)), no Python loop per block; the JSON text
+is one line per node.
+
+The gets per node are gathered while the trace streams (:class:`PathHits`), before the
+nodes are known (a node's extent depends on paths written later), with nothing kept per
+get: a get's hits lie on one path, so the blocks it hits within one node are consecutive
+among its hits, and the get touches the node exactly when (its hit blocks in the node)
+minus (pairs of consecutive hits of the get both in the node) is 1, else 0. So per path
+the batch adds its hits and the hits that follow another hit of the same get -- kept per
+path when that previous hit is the parent (always, without block masks) and as counted
+(previous, path) pairs otherwise -- and a node's gets are its paths' hits minus the pairs
+inside it. Cost per batch O(hit keys x log(hit keys)).
 """
 
 from __future__ import annotations
@@ -25,11 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from litehit_core.policy_replay.state import CACHED
-from litehit_service.optimizer.analysis.replay import Analysis, InstanceInfo, read_records
+from litehit_core.policy_replay import Replayer
+from litehit_core.policy_replay.state import CACHED, GROWTH, STRIDE
+from litehit_service.optimizer.analysis.replay import Analysis, InstanceInfo
+from litehit_service.optimizer.optimize.stream import Fed
 
 __all__ = [
     "InstanceTree",
+    "PathHits",
     "ancestors",
     "build_trees",
     "hot_nodes",
@@ -76,6 +88,80 @@ class InstanceTree:
         return self.children == 0
 
 
+class PathHits:
+    """The gets' hits per block path (base slot // stride), gathered batch by batch
+    (module docstring): ``hits`` (gets that hit the path), ``after_parent`` (those whose
+    previous hit in the get is the path's parent), ``last`` (ns of the latest hit, -1
+    none) and ``pairs`` (``previous << 32 | path`` codes -> gets, where the previous hit
+    is not the parent). Use :meth:`add` as the analysis replay's ``on_batch``. Memory
+    O(paths + distinct skipping pairs)."""
+
+    def __init__(self) -> None:
+        self.hits = np.zeros(0, dtype=np.int64)
+        self.after_parent = np.zeros(0, dtype=np.int64)
+        self.last = np.zeros(0, dtype=np.int64)
+        self.pairs: dict[int, int] = {}
+
+    def add(self, replayer: Replayer, fed: Fed) -> None:
+        """Count the hits of the batch just replayed. O(hit keys x log(hit keys))."""
+        hit_slots = replayer.key_hits
+        keys = np.flatnonzero(hit_slots >= 0)
+        if not len(keys):
+            return
+        a = replayer.arrays
+        stride = int(a.scalars[STRIDE])
+        path = hit_slots[keys].astype(np.int64) // stride
+        off = fed.records.key_off
+        rec = np.searchsorted(off, keys + off[0], "right") - 1  # key_hits start at off[0]
+        self._grow(int(path.max()) + 1)
+        paths, counts = np.unique(path, return_counts=True)
+        self.hits[paths] += counts
+        np.maximum.at(self.last, path, fed.records.times[rec])
+        same = rec[1:] == rec[:-1]  # consecutive hits of one get
+        prev, cur = path[:-1][same], path[1:][same]
+        parent = a.parent[cur * stride].astype(np.int64)
+        by_parent = (parent >= 0) & (parent // stride == prev)
+        paths, counts = np.unique(cur[by_parent], return_counts=True)
+        self.after_parent[paths] += counts
+        if not by_parent.all():  # a block mask let a get read past an uncached block
+            codes, counts = np.unique(prev[~by_parent] << 32 | cur[~by_parent],
+                                      return_counts=True)  # fmt: skip
+            for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+                self.pairs[code] = self.pairs.get(code, 0) + count
+
+    def _grow(self, n: int) -> None:
+        if n <= len(self.hits):
+            return
+        size = max(n, int(GROWTH * len(self.hits)))
+        for name, fill in (("hits", 0), ("after_parent", 0), ("last", -1)):
+            old = getattr(self, name)
+            new = np.full(size, fill, dtype=np.int64)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def per_node(
+        self, node_of: np.ndarray, head: np.ndarray, n_nodes: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per compressed node (``node_of``: each path's node; ``head``: whether the path
+        starts its node): the gets that hit it and the latest one's ns (-1 none).
+        O(paths + pairs)."""
+        self._grow(len(node_of))
+        n = len(node_of)
+        inner = ~head  # a path in its parent's node: a hit after the parent's is inside
+        gets = self.hits[:n] - np.where(inner, self.after_parent[:n], 0)
+        access = np.bincount(node_of, weights=gets, minlength=n_nodes).astype(np.int64)
+        if self.pairs:
+            codes = np.fromiter(self.pairs, dtype=np.int64, count=len(self.pairs))
+            counts = np.fromiter(self.pairs.values(), dtype=np.int64, count=len(self.pairs))
+            prev, cur = codes >> 32, codes & 0xFFFFFFFF
+            inside = node_of[prev] == node_of[cur]
+            access -= np.bincount(node_of[cur[inside]], weights=counts[inside],
+                                  minlength=n_nodes).astype(np.int64)  # fmt: skip
+        last = np.full(n_nodes, -1, dtype=np.int64)
+        np.maximum.at(last, node_of, self.last[:n])
+        return access, last
+
+
 def _jump(target: np.ndarray) -> np.ndarray:
     """Follow ``target`` (a forest whose roots point to themselves) to the roots: each
     entry's root. O(n log depth)."""
@@ -86,10 +172,12 @@ def _jump(target: np.ndarray) -> np.ndarray:
         target = nxt
 
 
-def build_trees(analysis: Analysis, *, with_keys: bool = False) -> list[InstanceTree]:
+def build_trees(
+    analysis: Analysis, hits: PathHits, *, with_keys: bool = False
+) -> list[InstanceTree]:
     """Every configured instance's tree, in configuration order (an instance that wrote
-    nothing has an empty one); ``with_keys``: also every block key. O(paths x
-    log(depth) + hit keys x log(hit keys))."""
+    nothing has an empty one), its gets from ``hits`` (gathered during ``analysis``);
+    ``with_keys``: also every block key. O(paths x log(depth) + pairs)."""
     a = analysis.result.arrays
     stride = analysis.stride
     n = analysis.nodes
@@ -117,7 +205,7 @@ def build_trees(analysis: Analysis, *, with_keys: bool = False) -> list[Instance
     tails = np.flatnonzero(below != 1)
     last_key = np.empty(n_nodes, dtype=np.int64)
     last_key[node_of[tails]] = keys[tails]
-    access, last = _accesses(analysis, node_of, n_nodes)
+    access, last = hits.per_node(node_of, head, n_nodes)
     g_owner = owner[heads]
     trees = []
     for info in analysis.instances:
@@ -147,25 +235,6 @@ def build_trees(analysis: Analysis, *, with_keys: bool = False) -> list[Instance
             )
         )
     return trees
-
-
-def _accesses(analysis: Analysis, node_of: np.ndarray, n_nodes: int) -> tuple[np.ndarray, ...]:
-    """Per compressed node: the gets that hit one of its blocks (once per get) and the
-    time of the latest (-1 none). Records are in time order, so the latest is the last
-    record. O(hit keys x log(hit keys))."""
-    key_node = analysis.result.arrays.key_node
-    hit = np.flatnonzero(key_node >= 0)
-    records = analysis.trace.records
-    n_rec = max(len(records.kinds), 1)
-    rec = read_records(analysis)[hit]
-    pairs = np.unique(node_of[key_node[hit].astype(np.int64) // analysis.stride] * n_rec + rec)
-    nodes, recs = pairs // n_rec, pairs % n_rec
-    access = np.bincount(nodes, minlength=n_nodes).astype(np.int64)
-    last = np.full(n_nodes, -1, dtype=np.int64)
-    if len(pairs):
-        ends = np.append(np.flatnonzero(np.diff(nodes)), len(nodes) - 1)
-        last[nodes[ends]] = records.times[recs[ends]]
-    return access, last
 
 
 def tree_json(tree: InstanceTree, *, end_ns: int) -> str:

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,11 +60,13 @@ from litehit_service.optimizer.optimize.run import (
 )
 from litehit_service.optimizer.optimize.tables import TABLES, CsvTable, ParquetTable
 
-__all__ = ["DEFAULT_REORDER_WINDOW_MS", "HELD_KEYS", "Reorder", "stream_optimize"]
-
-DEFAULT_REORDER_WINDOW_MS = 1000
-"""How far out of time order a record may be by default (ms), as the log converters."""
-
+__all__ = [
+    "HELD_KEYS",
+    "Fed",
+    "Reorder",
+    "replay_batches",
+    "stream_optimize",
+]
 
 HELD_KEYS = 1 << 20
 """The most keys (plus records) the reorder window holds: ~10 MB. A trace so dense that
@@ -233,14 +236,10 @@ def _replay(
     progress: Callable[[int], object] | None,
 ) -> tuple[Replayer, int]:
     replayer = Replayer(build_setup(config))
-    reorder = Reorder(window_ns, routing.path)
     memory = 0
-    for batch, done in _then_finish(batches.batches, reorder):
-        check_delay(config, batch.times)
-        records = _records(batch)
-        rows = replayer.feed(records, ttl_values=routing.ttl_values)
+    for fed in replay_batches(replayer, config, routing, batches, window_ns):
         for index, lane in enumerate(lanes):
-            mine = instance_rows(records, batch.inputs, rows, index,
+            mine = instance_rows(fed.records, fed.batch.inputs, fed.rows, index,
                                  lane.totals.block_size, len(lane.tier_names))  # fmt: skip
             if not mine.reads:
                 continue
@@ -248,10 +247,42 @@ def _replay(
             lane.totals.add(mine)
             if keep:
                 lane.kept.append(mine)
-        memory = max(memory, _held(replayer, reorder, batch))
-        if progress is not None and done:
-            progress(done)
+        memory = max(memory, fed.held)
+        if progress is not None and fed.done:
+            progress(fed.done)
     return replayer, memory
+
+
+class Fed(NamedTuple):
+    """One batch replayed by :func:`replay_batches`: the ``batch`` (in time order), its
+    ``records`` as the replay took them, the ``rows`` of its reads, the input units it
+    consumed (``done``, for progress) and the bytes of records ``held`` besides the cache
+    (the replayer's carry, the reorder window, this batch)."""
+
+    batch: Batch
+    records: ReplayRecords
+    rows: np.ndarray
+    done: int
+    held: int
+
+
+def replay_batches(
+    replayer: Replayer,
+    config: OptimizeConfig,
+    routing: Routing,
+    batches: TraceBatches,
+    window_ns: int,
+) -> Iterator[Fed]:
+    """Feed ``batches`` through a reorder window of ``window_ns`` (:class:`Reorder`) into
+    ``replayer`` (its write delay checked against ``config`` per batch), one :class:`Fed`
+    per batch replayed: what every streamed command (optimize, the analyses, a
+    trade-off's replays) loops over. O(keys) + the replay."""
+    reorder = Reorder(window_ns, routing.path)
+    for batch, done in _then_finish(batches.batches, reorder):
+        check_delay(config, batch.times)
+        records = _records(batch)
+        rows = replayer.feed(records, ttl_values=routing.ttl_values)
+        yield Fed(batch, records, rows, done, _held(replayer, reorder, batch))
 
 
 def _then_finish(
