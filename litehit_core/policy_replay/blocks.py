@@ -28,6 +28,7 @@ from litehit_core.policy_replay.state import (
     STRIDE,
     USERS,
     ReplayArrays,
+    ReplayStalled,
 )
 
 __all__ = ["expire", "put", "read", "remove_block", "touch", "write"]
@@ -186,9 +187,13 @@ def remove_block(a: ReplayArrays, inst: np.int64, node: np.int64, cause: np.int6
 def expire(a: ReplayArrays, inst: np.int64, now: np.int64) -> None:
     """Remove every block of (internal) instance ``inst`` whose TTL has lapsed at ``now``
     (only policies that expire blocks have any). O(TTLs + expired blocks)."""
+    left = a.cached[inst]  # no more can expire: one more is a list that does not shrink
     while True:
         node = next_expired(a, inst, now)
         if node == NONE:
             return
+        if left == 0:
+            raise ReplayStalled("TTL expiry did not end", inst, now)
+        left -= 1
         remove_block(a, inst, node, np.int64(EXPIRED))
         a.expired[inst] += 1

@@ -26,8 +26,10 @@ from litehit_core.policy_replay.state import (
     KEEP,
     NODES,
     NONE,
+    NOW,
     STRIDE,
     ReplayArrays,
+    ReplayStalled,
 )
 
 __all__ = ["delete", "find", "find_or_add", "rebuild_table"]
@@ -118,6 +120,8 @@ def delete(a: ReplayArrays, node: np.int64) -> None:
     parent = np.int64(a.parent[node])
     slot = _home(_hkey(a, parent), a.key[node], mask)
     while np.int64(table[slot]) != node + 1:
+        if table[slot] == 0:  # the probe sequence ended: the node is not indexed
+            raise ReplayStalled("a node deleted twice (not in the index)", NONE, a.scalars[NOW])
         slot = (slot + 1) & mask
     hole = slot
     slot = (slot + 1) & mask

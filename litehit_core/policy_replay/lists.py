@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from litehit_core.policy_replay.state import NONE
+from litehit_core.policy_replay.state import NONE, ReplayStalled
 
 __all__ = ["append", "unlink", "move_to_tail", "insert_ordered"]
 
@@ -110,7 +110,11 @@ def insert_ordered(
     value = order[node]
     fwd = heads[h]
     bwd = tails[h]
+    steps = len(nxt)  # more steps than nodes: the list has a cycle
     while fwd != NONE:
+        steps -= 1
+        if steps < 0:
+            raise ReplayStalled("a sorted list walk did not end", NONE, NONE)
         if order[fwd] > value:  # insert before fwd
             _link(prev, nxt, heads, tails, h, node, np.int64(prev[fwd]), np.int64(fwd))
             return

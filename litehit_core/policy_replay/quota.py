@@ -28,6 +28,7 @@ from litehit_core.policy_replay.state import (
     USERS,
     WRITE_MODE,
     ReplayArrays,
+    ReplayStalled,
 )
 
 __all__ = [
@@ -62,6 +63,7 @@ def _take(a: ReplayArrays, inst: np.int64, m: np.int64) -> np.int64:
         k = choose_victims(a, inst, m - got, out)
         if k == 0:
             break
+        before = got
         for t in range(k):
             node = np.int64(out[t])
             if a.flags[node] & CACHED:
@@ -70,6 +72,8 @@ def _take(a: ReplayArrays, inst: np.int64, m: np.int64) -> np.int64:
                     put(a, inst + users, node + 1, a.scalars[NOW], bucket)
                 remove_block(a, inst, node, np.int64(EVICTED))
                 got += 1
+        if got == before:  # the policy chose only blocks that are not cached
+            raise ReplayStalled("victims chosen, none cached", inst, a.scalars[NOW])
         if one_shot(a, inst):
             break
     a.evicted[inst] += got
@@ -87,6 +91,7 @@ def evict(a: ReplayArrays, inst: np.int64) -> None:
     mode = a.scalars[MODE]
     batch = a.scalars[BATCH]
     while a.usage[group] > quota:
+        before = a.usage[group]
         if mode == GROUP_ROUGH:
             evicted = np.int64(0)
             for idx in range(a.member_off[group], a.member_off[group + 1]):
@@ -100,6 +105,8 @@ def evict(a: ReplayArrays, inst: np.int64) -> None:
             evicted = _take(a, inst, m)
         if evicted == 0:
             return
+        if a.usage[group] >= before:  # blocks went, their bytes did not
+            raise ReplayStalled("an eviction round freed no bytes", inst, a.scalars[NOW])
 
 
 @njit(cache=True, nogil=True)

@@ -9,7 +9,8 @@ reads), the records themselves aside.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +29,7 @@ from litehit_core.policy_replay.state import (
     USERS,
     InstanceSetup,
     ReplayArrays,
+    ReplayStalled,
     TierSetup,
     allocate,
     grow_ttl,
@@ -191,10 +193,12 @@ class Replayer:
             pos = np.int64(start)
             stalled = -1
             while pos < stop:
-                pos, wp, row, need = replay_chunk(
-                    arrays, both.kinds, both.insts, both.times, both.key_off, both.keys,
-                    both.local, both.buckets, self.delay, pos, np.int64(stop), wp, rows, row,
-                )  # fmt: skip
+                with _named(arrays, start - carried, stop - carried):
+                    pos, wp, row, need = replay_chunk(
+                        arrays, both.kinds, both.insts, both.times, both.key_off, both.keys,
+                        both.local, both.buckets, self.delay, pos, np.int64(stop), wp, rows,
+                        row,
+                    )  # fmt: skip
                 if pos < stop:
                     if pos == stalled:  # reserve() must make room for what the loop asked
                         raise RuntimeError(f"no room made for {int(need)} nodes at record {pos}")
@@ -239,8 +243,9 @@ class Replayer:
         ``rows``: the result's rows (default none). The replayer is spent after it."""
         arrays = reserve(self.arrays, int(self.arrays.scalars[PENDING]), rebuild_table)
         c = self.carry
-        flush(arrays, c.kinds, c.insts, c.times, c.key_off, c.keys, c.buckets, self.delay,
-              np.int64(0), np.int64(len(c.kinds)))  # fmt: skip
+        with _named(arrays):
+            flush(arrays, c.kinds, c.insts, c.times, c.key_off, c.keys, c.buckets, self.delay,
+                  np.int64(0), np.int64(len(c.kinds)))  # fmt: skip
         if self.check:
             check_arrays(arrays)
         self.arrays = arrays
@@ -262,6 +267,25 @@ class Replayer:
             tier_evicted=per_tier(arrays.evicted),
             arrays=arrays._replace(lives=arrays.lives[: int(arrays.scalars[LIVES])]),
         )
+
+
+@contextmanager
+def _named(arrays: ReplayArrays, lo: int = -1, hi: int = -1) -> Iterator[None]:
+    """Re-raise a kernel's :class:`~.state.ReplayStalled` ``(what, internal instance,
+    ns)`` as one naming the configured instance, its tier, the time and the records
+    ``lo..hi-1`` of the batch being replayed (-1: the writes pending at the end)."""
+    try:
+        yield
+    except ReplayStalled as exc:
+        what, inst, now = (exc.args + (NONE, NONE, NONE))[:3]
+        users = int(arrays.scalars[USERS])
+        who = (f"instance {int(inst) % users} (configuration order), tier {int(inst) // users}"
+               if int(inst) >= 0 else "an unknown instance")  # fmt: skip
+        records = f"records {lo}..{hi - 1} of the batch" if lo >= 0 else "the pending writes"
+        raise ReplayStalled(
+            f"internal error: the policy replay made no progress ({what}) at {who}, time "
+            f"{int(now)} ns, {records}; please report it with the configuration and trace"
+        ) from None
 
 
 _CAUSE = LIFE_FIELDS.index("cause")

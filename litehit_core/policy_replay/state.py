@@ -64,6 +64,7 @@ from numba.experimental import structref
 
 __all__ = [
     "ALIVE",
+    "ReplayStalled",
     "BATCH",
     "CACHED",
     "CACHED_ALL",
@@ -143,6 +144,14 @@ _OPTIONAL_NODE_DTYPES = {**_TTL_DTYPES, **_TIER_DTYPES, **_LIFE_DTYPES}
 GROWTH = 1.5
 """Node arrays grow by this factor (memory per block vs copies: 1.5 keeps at most a third
 of the slots unused)."""
+
+
+class ReplayStalled(RuntimeError):
+    """A compiled loop of the replay stopped making progress: an internal fault (a broken
+    list, a removal that removed nothing), never bad input. Raised in the kernels with
+    ``(what, internal instance, time ns)``; :class:`~.replay.Replayer` re-raises it with a
+    message naming the instance, its tier and the records being replayed, so a fault is a
+    named error instead of a hang."""
 
 
 class ReplayArrays(NamedTuple):
