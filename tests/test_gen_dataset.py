@@ -379,6 +379,12 @@ def test_a_standard_trace_follows_the_rule(
     ours(capsys, only_j, [trace], byte_tok, "--block-size", "4", "--instance", "j")
     assert [p["prompt"] for p in prompts(only_j)] == [raw.decode(wanted[2])]
 
+    # -n N keeps the first N requests in time order; -n 0 keeps every one (LMCache's rule)
+    for n, kept in (("2", wanted[:2]), ("0", wanted), ("9", wanted)):
+        first = tmp_path / f"n{n}.jsonl"
+        ours(capsys, first, [trace], byte_tok, "--block-size", "4", "-n", n)
+        assert [p["prompt"] for p in prompts(first)] == [raw.decode(ids) for ids in kept], n
+
 
 def test_a_mooncake_trace_follows_the_rule(
     byte_tok: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -139,6 +139,33 @@ def test_keys_are_bounded_and_the_rest_is_overflow(clock: Clock, lines):
     assert f"instance '{'x' * KEY_CHARS}')" in lines[-1].getMessage()
 
 
+def test_the_overflow_key_is_not_one_of_the_held_keys(clock: Clock, lines):
+    """Two keys fill max_keys=2 and a third goes to the overflow key; once the two are
+    summarised and forgotten, two new keys are logged in full while the overflow key
+    still waits for its interval (counting it among the held keys would leave room for
+    one only)."""
+    lim = limiter(clock, max_keys=2)
+    bad(lim, 1, instance="a")
+    bad(lim, 1, instance="b")
+    clock.now += 5
+    assert bad(lim, 1, instance="c") == [False]  # the overflow key, started now
+    clock.now += 5.5  # a and b are due, the overflow key is not
+    assert bad(lim, 1, instance="d") == [True]
+    assert bad(lim, 1, instance="e") == [True]
+    assert bad(lim, 1, instance="f") == [False]
+    assert [r.getMessage() for r in lines] == ["query 0 rejected"] * 4
+
+
+def test_a_key_without_repeats_is_never_summarised(clock: Clock, lines):
+    """One event and nothing more: no '… 0 more like this' line, by the sweep or a stop."""
+    lim = limiter(clock)
+    bad(lim, 1, instance="a")
+    clock.now += 11
+    bad(lim, 1, instance="b")  # sweeps a, which had no repeat
+    assert lim.flush(everything=True) == 0
+    assert [r.getMessage() for r in lines] == ["query 0 rejected"] * 2
+
+
 def test_level_and_exception_of_the_first_event(clock: Clock, lines):
     lim = limiter(clock)
     exc = ValueError("boom")

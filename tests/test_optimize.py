@@ -363,6 +363,17 @@ def _fails(tmp_path: Path, config: Path, *message: str) -> None:
             ("instance_groups[0].colour: unknown field 'colour'",),
         ),
         ({"mode": 0}, ("eviction_mode: must be 1, 2 or 3, got 0",)),
+        (  # another policy's parameter: a typo'd policy type must not pass silently
+            {"policy": "ttl", "params": {"sample_rate": 0.5}},
+            (
+                "instance_groups[0].instances[0].eviction_policy_params.sample_rate: unknown "
+                "field 'sample_rate' (allowed: fallback_on_pressure)",
+            ),
+        ),
+        (
+            {"policy": "random_lru", "params": {"fallback_on_pressure": False}},
+            ("eviction_policy_params.fallback_on_pressure: unknown field",),
+        ),
     ],
 )
 def test_bad_configuration(tmp_path, change, message):

@@ -244,6 +244,20 @@ def test_clean_stop_marker_round_trip(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize("body", [b"", b"not json", b'{"pid": 7}', b'{"stopped_unix": "x"}'])
+def test_an_unreadable_marker_still_says_the_stop_was_clean(tmp_path: Path, body: bytes) -> None:
+    """The marker is written after the final snapshots, so its presence alone says the stop
+    finished them; a body that cannot be read (truncated, another version's) loses only
+    the time. Reading it as an unclean stop would warn of lost queries that are not."""
+    (tmp_path / "clean-stop.json").write_bytes(body)
+    previous = read_clean_stop(tmp_path)
+    assert previous == PreviousStop(True, None, body)
+    level, text = restore_message(RestoreSummary(instances=1, restored=1), previous, 60,
+                                  first_start=False, now=1000.0)  # fmt: skip
+    assert (level, text) == (logging.INFO, "restore: 1 of 1 instances restored; the previous "
+                             "stop was clean")  # fmt: skip
+
+
 def test_counters_file_round_trip_and_an_unusable_one_starts_at_zero(
     tmp_path: Path, caplog
 ) -> None:

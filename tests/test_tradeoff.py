@@ -209,6 +209,20 @@ def test_99_percent_stop_and_bisection_on_a_known_curve(tmp_path):
             19 * MIB,
         )
         assert mark.hit_tokens == theoretical
+    # the early stop saves replays: the warm-up, the points up to the stop, the bisection
+    assert 0 < len(curve.refine) <= sum(m.steps for m in curve.marks)  # shared midpoints
+    assert result.replays == 1 + (stop + 1) + len(curve.refine) < 1 + len(planned)
+
+
+def test_reaches_and_keep_rising_at_their_boundaries():
+    """A point exactly at 95 % / 99 % of the theoretical reaches it, and two equal points
+    both stay on the plot (each catches a '>' where the spec means '>=')."""
+    from litehit_service.optimizer.tradeoff.points import keep_rising, reaches
+
+    assert reaches(95, 95, 100) and reaches(99, 99, 100) and reaches(1881, 99, 1900)
+    assert not reaches(94, 95, 100) and not reaches(1880, 99, 1900)
+    assert reaches(0, 95, 0)  # nothing to reach: the trivial mark
+    assert keep_rising([0, 4, 4, 2, 6, 6]) == [True, True, True, False, True, True]
 
 
 def test_bisection_bracket_within_one_percent_and_measured_rate(tmp_path):
