@@ -28,6 +28,7 @@ from litehit_core.facts import (
     format_hit_curve,
     read_facts,
 )
+from litehit_core.kernel_cache import drop_stale_kernels
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.lite_hit import LiteHit
 from litehit_core.model import (
@@ -61,6 +62,10 @@ from litehit_core.projector import (
 )
 from litehit_core.query import FactsQuery, QueryChunk, query_facts
 from litehit_core.state import STATE_FORMAT_VERSION, EngineState
+
+# before any kernel loads (kernels compile or load at their first call, none at import):
+# numba's cache misses changes made in another file than the kernel's own
+drop_stale_kernels()
 
 __all__ = [
     "MODELS",
