@@ -149,11 +149,15 @@ def test_worked_example_5_cascading_with_promotion(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "out" / "a_hit_rates.csv").read_text().splitlines()
     header = lines[0].split(",")
-    assert header[-6:] == [
-        "Tier0(hbm)_HitTokens", "Tier0(hbm)_HitRate", "AccTier0(hbm)_HitRate",
-        "Tier1(ssd)_HitTokens", "Tier1(ssd)_HitRate", "AccTier1(ssd)_HitRate",
+    assert header[-8:] == [  # spec section 6: four groups, each over the tiers
+        "Tier0(hbm)_HitTokens", "Tier1(ssd)_HitTokens",
+        "Tier0(hbm)_HitRate", "Tier1(ssd)_HitRate",
+        "AccTier0(hbm)_HitRate", "AccTier1(ssd)_HitRate",
+        "Tier0(hbm)_BlockNum", "Tier1(ssd)_BlockNum",
     ]  # fmt: skip
     second = dict(zip(header, lines[2].split(","), strict=True))
+    # after it: hbm holds [1,2] and [1,2,3] (2 blocks, its capacity), ssd [1]
+    assert (second["Tier0(hbm)_BlockNum"], second["Tier1(ssd)_BlockNum"]) == ("2", "1")
     assert second["HitTokens"] == "48"
     assert (second["Tier0(hbm)_HitTokens"], second["Tier1(ssd)_HitTokens"]) == ("32", "16")
     assert (second["Tier0(hbm)_HitRate"], second["AccTier1(ssd)_HitRate"]) == (

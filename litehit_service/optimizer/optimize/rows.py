@@ -195,11 +195,18 @@ def _rates(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return out
 
 
+TIER_GROUPS = ("Tier{i}({n})_HitTokens", "Tier{i}({n})_HitRate", "AccTier{i}({n})_HitRate",
+               "Tier{i}({n})_BlockNum")  # fmt: skip
+"""The per-tier columns (spec §6, the reference's order): four groups, each over the tiers
+in priority order -- every tier's hit tokens, then every hit rate, every running hit rate,
+and every tier's blocks held right after the read (they sum to ``CachedBlocks``)."""
+
+
 def tier_header(names: Sequence[str]) -> str:
-    """The per-tier columns of the header (spec §6), tier 0 first; '' untiered."""
+    """The per-tier columns of the header (spec §6, :data:`TIER_GROUPS`), tier 0 first;
+    '' untiered."""
     return "".join(
-        f",Tier{i}({n})_HitTokens,Tier{i}({n})_HitRate,AccTier{i}({n})_HitRate"
-        for i, n in enumerate(names)
+        "," + group.format(i=i, n=n) for group in TIER_GROUPS for i, n in enumerate(names)
     )
 
 
@@ -249,13 +256,19 @@ def row_columns(
     decimals = [0] * 11 + [RATE_DIGITS] * 3 + [0] * 6 + [RATE_DIGITS] * 3 + [0]
     while len(running.tier_tokens) < len(tier_names):
         running.tier_tokens.append(0)
+    groups: list[list[np.ndarray]] = [[], [], [], []]  # TIER_GROUPS
     for tier in range(len(tier_names)):
         tier_t = r.tier_hits[:, tier] * bs
         acc_tier = _acc(tier_t, running.tier_tokens[tier])
-        columns += [tier_t, _rates(tier_t, r.input_tokens), _rates(acc_tier, acc_in)]
-        decimals += [0, RATE_DIGITS, RATE_DIGITS]
+        groups[0].append(tier_t)
+        groups[1].append(_rates(tier_t, r.input_tokens))
+        groups[2].append(_rates(acc_tier, acc_in))
+        groups[3].append(r.tier_cached[:, tier])
         if len(acc_tier):
             running.tier_tokens[tier] = int(acc_tier[-1])
+    for group, digits in zip(groups, (0, RATE_DIGITS, RATE_DIGITS, 0), strict=True):
+        columns += group
+        decimals += [digits] * len(group)
     if r.reads:
         running.read_blocks, running.hits = int(acc_read[-1]), int(acc_hits[-1])
         running.input_tokens, running.hit_tokens = int(acc_in[-1]), int(acc_hit[-1])
