@@ -20,12 +20,12 @@ import random
 import pytest
 
 from litehit_core.engine import POLICIES
-from litehit_core.policy_replay import Replayer, TierSetup
+from litehit_core.policy_replay import EdgeSetup, Replayer, TierSetup
 from litehit_service.optimizer.optimize.config import WRITE_MODES
 from tests.policy_oracle import Oracle
 from tests.test_policy_replay import random_trace, to_arrays
 from tests.test_replay_stream import _part, _setup
-from tests.tier_oracle import TieredOracle
+from tests.tier_oracle import INERT, TieredOracle
 
 RATES = (1.0, 0.5, 0.4, 0.3, 0.25, 0.1)
 """RandomLRU sample rates: 0.4 and 0.3 make ``batch / rate`` fractional (floor, not ceil)."""
@@ -81,8 +81,10 @@ def untiered_case(seed: int) -> tuple[list[tuple], list[tuple]]:
 
 
 def tiered_case(seed: int, *, policy: str | None = None, write_mode: str | None = None,
-                promote: bool | None = None) -> tuple[list[tuple], list[tuple]]:  # fmt: skip
-    """(oracle rows, replay rows) of one random tiered group (2-3 tiers)."""
+                promote: bool | None = None, flows: bool = False,
+                ) -> tuple[list[tuple], list[tuple]]:  # fmt: skip
+    """(oracle rows, replay rows) of one random tiered group (2-3 tiers); ``flows``: each
+    edge its own strategy (spec section 7a)."""
     rng = random.Random(seed)
     n = rng.randint(1, 3)
     batch = rng.choice((1, 2, 3, 5))
@@ -97,7 +99,15 @@ def tiered_case(seed: int, *, policy: str | None = None, write_mode: str | None 
         promote=rng.random() < 0.5 if promote is None else promote,
         threshold=rng.choice((1, 2, 3)),
     )
-    tier_quotas = [[rng.choice((1, 2, 4, 7, -1)) for _ in range(rng.choice((2, 3)))]]
+    tier_quotas = [[rng.choice((1, 2, 4, 7, -1)) for _ in range(rng.choice((2, 3, 4)))]]
+    if flows:
+        strategy["edges"] = [
+            dict(write_mode=rng.choice((*WRITE_MODES, INERT) if e == 0 else
+                                       (WRITE_MODES[0], WRITE_MODES[2], INERT)),
+                 access=rng.random() < 0.5, write=rng.random() < 0.5,
+                 promote=rng.random() < 0.5)
+            for e in range(len(tier_quotas[0]) - 1)
+        ]  # fmt: skip
     mode, delay = rng.choice((1, 2, 3)), rng.choice((0, 0, 3))
     ttls = (0, 9, 30) if any(d["policy"] == "ttl" for d in instances) else (0,)
     records = random_trace(rng, n, rng.randint(1, 120), ("get", "request", "write"), ttls)
@@ -105,10 +115,15 @@ def tiered_case(seed: int, *, policy: str | None = None, write_mode: str | None 
     members = [tuple(range(n))]
     expected = TieredOracle(instances, tier_quotas, members, mode, batch, delay,
                             strategy).run(records)  # fmt: skip
+    modes = (*WRITE_MODES, INERT)
+    edges = tuple(
+        EdgeSetup(modes.index(e["write_mode"]), e["access"], e["write"], e["promote"])
+        for e in strategy.get("edges", ())
+    )
     tier = TierSetup(quotas=tuple(tier_quotas[0]),
                      write_mode=WRITE_MODES.index(strategy["write_mode"]),
                      propagate=strategy["propagate"], promote=strategy["promote"],
-                     threshold=strategy["threshold"])  # fmt: skip
+                     threshold=strategy["threshold"], edges=edges)  # fmt: skip
     setup = _setup(instances, [tier_quotas[0][0]], members, mode, batch, delay, (tier,))
     got = _fed(setup._replace(ttl_values=tuple(ttl_values)), records, ttl_values, rng)
     return expected, got
@@ -135,6 +150,14 @@ def test_random_lru_cascading_with_promotion_equals_the_tier_oracle(seed: int) -
     assert got == expected
 
 
+@pytest.mark.parametrize("seed", range(150))
+def test_per_edge_flows_equal_the_tier_oracle(seed: int) -> None:
+    """Spec section 7a: each edge its own write mode (selective on edge 0 only, inert
+    edges), access and write propagation and promotion; 2-4 tiers."""
+    expected, got = tiered_case(30_000 + seed, flows=True)
+    assert got == expected
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("block", range(20))
 def test_thousands_of_random_configurations(block: int) -> None:
@@ -146,6 +169,8 @@ def test_thousands_of_random_configurations(block: int) -> None:
         assert got == expected, seed
         expected, got = tiered_case(300_000 + seed, policy="random_lru", write_mode="cascading",
                                     promote=True)  # fmt: skip
+        assert got == expected, seed
+        expected, got = tiered_case(400_000 + seed, flows=True)
         assert got == expected, seed
 
 

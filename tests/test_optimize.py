@@ -25,6 +25,13 @@ from tests.conftest import mooncake_trace, run_cli
 MIB_PER_TOKEN = 65536  # block_size 16 x 65536 B = 1 MiB a block: quota C/1024 GiB = C blocks
 
 
+THREE_TIERS = [  # listed in priority order without priorities: tier_flows orders them so
+    {"unique_name": "hbm", "capacity": 2 / 1024},
+    {"unique_name": "dram", "capacity": 4 / 1024},
+    {"unique_name": "ssd", "capacity": 8 / 1024},
+]
+
+
 def write_case(
     tmp: Path,
     records: list[dict],
@@ -328,12 +335,54 @@ def _fails(tmp_path: Path, config: Path, *message: str) -> None:
             ("selective_write_threshold: must be an integer >= 1, got 0",),
         ),
         (
-            {"group_extra": {"tier_flows": [{"from": "hbm", "to": "ssd"}]}},
+            {"group_extra": {"tier_flows": [{"from": "hbm", "to_tier": "ssd"}]}},
             (
-                "instance_groups[0].tier_flows: tier_flows (explicit flows between tiers) is "
-                "not replayed",
+                "instance_groups[0].tier_flows[0].from: unknown field 'from' (allowed: "
+                "from_tier, to_tier, write_mode, access_propagation_enabled, "
+                "write_propagation_enabled, promote_enabled, selective_write_threshold); did "
+                "you mean 'from_tier'?",
             ),
         ),
+        *[
+            ({"group_extra": {"storages": THREE_TIERS, "tier_flows": flows}}, (message,))
+            for flows, message in [
+                (
+                    [{"from_tier": "hbm", "to_tier": "ssd"}],
+                    "tier_flows[0].to_tier: must be the tier right after from_tier 'hbm' (an "
+                    "edge joins adjacent tiers, in priority order: ['hbm', 'dram', 'ssd']), "
+                    "got 'ssd'",
+                ),
+                (
+                    [{"from_tier": "hbm", "to_tier": "l3"}],
+                    "tier_flows[0].to_tier: must be one of the group's storages ['hbm', "
+                    "'dram', 'ssd'], got 'l3'",
+                ),
+                (
+                    [
+                        {"from_tier": "dram", "to_tier": "ssd"},
+                        {"from_tier": "dram", "to_tier": "ssd", "write_mode": "cascading"},
+                    ],
+                    "tier_flows[1].from_tier: must be one edge per pair of tiers (edge 0 joins "
+                    "the same ones), got 'dram'",
+                ),
+                (
+                    [
+                        {
+                            "from_tier": "dram",
+                            "to_tier": "ssd",
+                            "write_mode": "write_through_selective",
+                        }
+                    ],
+                    "tier_flows[0].write_mode: must be write_through or cascading on an edge "
+                    "after the first",
+                ),
+                (
+                    [{"from_tier": "hbm", "to_tier": "dram", "write_mode": "copy"}],
+                    "tier_flows[0].write_mode: must be one of ['write_through', "
+                    "'write_through_selective', 'cascading'], got 'copy'",
+                ),
+            ]
+        ],  # fmt: skip
         (
             {
                 "group_extra": {

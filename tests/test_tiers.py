@@ -256,3 +256,60 @@ def test_readme_tiered_walkthrough(tmp_path, mooncake):
         assert ran.returncode == 0, ran.stderr
     refused = run_cli("tradeoff", str(config), "-o", str(tmp_path / "t"))
     assert refused.returncode == 2 and "is tiered" in refused.stderr
+
+
+@pytest.mark.parametrize("where", ["group", "tier_strategy"])
+def test_per_edge_flows_end_to_end_against_the_oracle(tmp_path, where):
+    """Spec section 7a through ``litehit optimize`` (the reference's README case 4 shape):
+    storages listed without priorities (ordered as listed), write_through hbm -> dram
+    without write or access propagation (a rewrite or a hit refreshes hbm's copy only)
+    and with promotion,
+    cascading dram -> l3 without access or write propagation;
+    every CSV row's hits, cached blocks and per-tier columns against the tier oracle's."""
+    rng = random.Random(4)
+    raw = random_trace(rng, 1, 300, ("request", "get", "write"), (0,))
+    records = [(k, i, t * 1000, keys, [0] * len(keys), 0) for k, i, t, keys, _m, _ttl in raw]
+    flows = [
+        {"from_tier": "hbm", "to_tier": "dram", "write_mode": "write_through",
+         "promote_enabled": True, "write_propagation_enabled": False,
+         "access_propagation_enabled": False},
+        {"from_tier": "dram", "to_tier": "l3", "write_mode": "cascading",
+         "write_propagation_enabled": False, "access_propagation_enabled": False},
+    ]  # fmt: skip
+    storages = [
+        {"unique_name": "hbm", "capacity": 3 / 1024},
+        {"unique_name": "dram", "capacity": 6 / 1024},
+        {"unique_name": "l3", "capacity": 10 / 1024},
+    ]
+    extra = {"storages": storages}
+    if where == "group":
+        extra["tier_flows"] = flows
+    else:
+        extra["tier_strategy"] = {"tier_flows": flows}
+    path = write_case(tmp_path, [req(t, keys, kind=k) for k, _i, t, keys, _m, _ttl in records],
+                      mode=2, batch=2, group_extra=extra)  # fmt: skip
+    done = run_cli("optimize", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = (tmp_path / "out" / "a_hit_rates.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert header[-3:] == ["Tier0(hbm)_BlockNum", "Tier1(dram)_BlockNum", "Tier2(l3)_BlockNum"]
+    edges = [
+        dict(write_mode="write_through", access=False, write=False, promote=True),
+        dict(write_mode="cascading", access=False, write=False, promote=False),
+    ]
+    strategy = dict(write_mode="write_through", propagate=True, promote=False, threshold=2,
+                    edges=edges)  # fmt: skip
+    inst = dict(policy="lru", group=0, bpb=1, sample=0, fallback=True, refresh=True)
+    expected = TieredOracle([inst], [[3, 6, 10]], [(0,)], 2, 2, 0, strategy).run(records)
+    assert len(expected) == len(lines) - 1 > 100
+    for row, line in zip(expected, lines[1:], strict=True):
+        got = dict(zip(header, line.split(","), strict=True))
+        _r, local, remote, cached, _all, _acc, *tiers = row
+        assert int(got["HitBlocks"]) == local + remote
+        assert int(got["CachedBlocks"]) == cached
+        assert [int(got[f"Tier{t}({n})_HitTokens"]) for t, n in
+                enumerate(("hbm", "dram", "l3"))] == [16 * h for h in tiers[:3]]  # fmt: skip
+        assert [int(got[f"Tier{t}({n})_BlockNum"]) for t, n in
+                enumerate(("hbm", "dram", "l3"))] == tiers[3:]  # fmt: skip
+    assert sum(int(line.split(",")[header.index("Tier2(l3)_HitTokens")])
+               for line in lines[1:]) > 0  # the cascading edge did put blocks in l3  # fmt: skip

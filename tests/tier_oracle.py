@@ -1,5 +1,5 @@
-"""A deliberately naive tiered policy replay: spec §7 read literally, on top of the
-untiered oracle (tests/policy_oracle.py).
+"""A deliberately naive tiered policy replay: spec §7 and §7a (per-edge flows) read
+literally, on top of the untiered oracle (tests/policy_oracle.py).
 
 Every (instance, tier) is an oracle ``Inst`` of its own (its own dict of cached paths, its
 own RandomLRU array and generator), with its tier's group quota; the victims of a tier come
@@ -15,6 +15,21 @@ import math
 from tests.policy_oracle import Block, Inst, Oracle
 
 WRITE_THROUGH, SELECTIVE, CASCADING = "write_through", "write_through_selective", "cascading"
+INERT = "inert"  # an edge that neither places nor demotes (§7a)
+
+
+def edges_of(strategy: dict, tiers: int) -> list[dict]:
+    """Every edge (tier t -> t+1): ``strategy["edges"]`` when given, else each edge alike
+    from the group-wide fields, a group-wide selective mode making only edge 0 selective
+    and the later edges inert (§7a)."""
+    if strategy.get("edges"):
+        return strategy["edges"]
+    mode = strategy["write_mode"]
+    return [
+        dict(write_mode=INERT if mode == SELECTIVE and e > 0 else mode,
+             access=strategy["propagate"], write=True, promote=strategy["promote"])
+        for e in range(tiers - 1)
+    ]  # fmt: skip
 
 
 class TieredOracle(Oracle):
@@ -35,6 +50,7 @@ class TieredOracle(Oracle):
         self.wcount = [{} for _ in instances]
         self.acc = [0] * len(instances)
         self.demoting = False
+        self.edges = [edges_of(strategy, len(tier_quotas[d["group"]])) for d in instances]
 
     def tier_usage(self, g, t):
         return sum(len(self.tiers[j][t].cached) * self.insts[j].bpb for j in self.members[g])
@@ -49,11 +65,22 @@ class TieredOracle(Oracle):
             inst.dense.append(path)
 
     def _remove(self, inst, path):
-        if self.demoting and self.strategy["write_mode"] == CASCADING:
-            tiers = self.tiers[inst.owner]
-            if inst.tier + 1 < len(tiers):  # into the next tier as a fresh write
-                self.put(tiers[inst.tier + 1], path, self.now, inst.cached[path].ttl)
+        tiers = self.tiers[inst.owner]
+        if (
+            self.demoting
+            and inst.tier + 1 < len(tiers)
+            and self.edges[inst.owner][inst.tier]["write_mode"] == CASCADING
+        ):  # into the next tier as a fresh write
+            self.put(tiers[inst.tier + 1], path, self.now, inst.cached[path].ttl)
         super()._remove(inst, path)
+
+    def place(self, i, path, tier, now, ttl):
+        """A copy into ``tier``, then on while the edge below is write_through."""
+        tiers, edges = self.tiers[i], self.edges[i]
+        self.put(tiers[tier], path, now, ttl)
+        while tier + 1 < len(tiers) and edges[tier]["write_mode"] == WRITE_THROUGH:
+            tier += 1
+            self.put(tiers[tier], path, now, ttl)
 
     def evict_tiers(self, i):
         g = self.insts[i].group
@@ -98,15 +125,23 @@ class TieredOracle(Oracle):
             else:
                 remote += 1
             served[serving] += 1
-            for t in holders if self.strategy["propagate"] else [serving]:
+            edges = self.edges[i]
+            reached = [serving]
+            for t in range(serving + 1, len(tiers)):
+                if not edges[t - 1]["access"]:
+                    break
+                if t in holders:
+                    reached.append(t)
+            for t in reached:
                 b = tiers[t].cached[path]
                 b.seq, b.last_access = self._next(), now
                 if tiers[t].policy == "ttl" and tiers[t].refresh:
                     b.anchor = now
-            if self.strategy["promote"] and serving > 0:
-                ttl = tiers[serving].cached[path].ttl
-                for t in range(serving):
-                    self.put(tiers[t], path, now, ttl)
+            t = serving  # into tier s-1, then s-2, ... while each edge crossed promotes
+            ttl = tiers[serving].cached[path].ttl
+            while t > 0 and edges[t - 1]["promote"]:
+                t -= 1
+                self.put(tiers[t], path, now, ttl)
                 promoted = True
         if promoted:
             self.evict_tiers(i)
@@ -118,25 +153,30 @@ class TieredOracle(Oracle):
         tiers = self.tiers[i]
         for inst in tiers:
             self.expire(inst, now)
-        mode = self.strategy["write_mode"]
+        edges = self.edges[i]
         for j in range(len(keys)):
             path = tuple(keys[: j + 1])
             holders = [t for t, inst in enumerate(tiers) if path in inst.cached]
-            if holders:
-                for t in holders:
+            if holders:  # the first tier holding it, then on while each edge crossed lets it
+                reached = [holders[0]]
+                for t in range(holders[0] + 1, len(tiers)):
+                    if not edges[t - 1]["write"]:
+                        break
+                    if t in holders:
+                        reached.append(t)
+                for t in reached:
                     self.put(tiers[t], path, now, ttl)
                 self.wcount[i][path] += 1
                 if (
-                    mode == SELECTIVE
-                    and len(tiers) > 1
+                    len(tiers) > 1
+                    and edges[0]["write_mode"] == SELECTIVE
                     and self.wcount[i][path] >= self.strategy["threshold"]
                     and 1 not in holders
                 ):
-                    self.put(tiers[1], path, now, ttl)
+                    self.place(i, path, 1, now, ttl)
             else:
                 self.wcount[i][path] = 1
-                for t in range(len(tiers) if mode == WRITE_THROUGH else 1):
-                    self.put(tiers[t], path, now, ttl)
+                self.place(i, path, 0, now, ttl)
         self.acc[i] += len(keys)
         self.evict_tiers(i)
 

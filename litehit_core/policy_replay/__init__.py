@@ -17,8 +17,8 @@ quotas and delayed writes have no stack property. The pieces, libCacheSim-style:
 Everything in the hot loop is compiled with numba (``nogil``, cached on disk); there is
 no Python object per block. The kernels pass every array behind one structref pointer
 (:func:`.state.as_struct`). numba's disk cache knows only the file a kernel is defined
-in: after editing one of these modules, delete ``__pycache__/*.nbi``/``*.nbc`` here so
-the kernels that call into it are compiled again.
+in; :mod:`litehit_core.kernel_cache` drops every cached kernel when any source changes,
+so the kernels that call into an edited module are compiled again.
 """
 
 from litehit_core.policy_replay.replay import (
@@ -29,9 +29,10 @@ from litehit_core.policy_replay.replay import (
     replay,
     warm_up,
 )
-from litehit_core.policy_replay.state import InstanceSetup, TierSetup
+from litehit_core.policy_replay.state import EdgeSetup, InstanceSetup, TierSetup
 
 __all__ = [
+    "EdgeSetup",
     "InstanceSetup",
     "Replayer",
     "ReplayRecords",

@@ -20,13 +20,15 @@ from litehit_core.policy_replay.state import (
     BATCH,
     CACHED,
     CASCADING,
+    E_MODE,
+    EDGE_COLS,
+    EDGE_FIELDS,
     EVICTED,
     MODE,
     NONE,
     NOW,
     TIERS,
     USERS,
-    WRITE_MODE,
     ReplayArrays,
     ReplayStalled,
 )
@@ -58,7 +60,10 @@ def _take(a: ReplayArrays, inst: np.int64, m: np.int64) -> np.int64:
     out = a.victims
     users = a.scalars[USERS]
     user = inst % users
-    demote = a.tiering[user, WRITE_MODE] == CASCADING and inst // users + 1 < a.tiering[user, TIERS]
+    tier = inst // users  # cascading edge tier -> tier + 1 (spec §7a): into the next tier
+    demote = tier + 1 < a.tiering[user, TIERS] and (
+        a.tiering[user, EDGE_COLS + EDGE_FIELDS * tier + E_MODE] == CASCADING
+    )
     while got < m:
         k = choose_victims(a, inst, m - got, out)
         if k == 0:

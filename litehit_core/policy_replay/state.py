@@ -23,7 +23,8 @@ numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one
   instance ``u`` is the *internal instance* ``u + t * USERS`` (tier 0 is ``u`` itself),
   with its own policy state and its own group ``g + t * groups``; ``tiering`` (per
   instance: :data:`TIERS`, :data:`WRITE_MODE`, :data:`PROPAGATE`, :data:`PROMOTE`,
-  :data:`THRESHOLD`) says how its tiers are written and read;
+  :data:`THRESHOLD`, then per edge between adjacent tiers :data:`EDGE_FIELDS` columns from
+  :data:`EDGE_COLS`) says how its tiers are written and read;
 - **index**: ``table``, an open-addressing table (power of two, linear probing) of
   ``slot + 1`` keyed by ``(parent, key)`` (:mod:`~litehit_core.policy_replay.index`);
 - **instances** (configuration order): ``kind`` (the policy's code), ``group``, ``bpb``
@@ -64,6 +65,14 @@ from numba.experimental import structref
 
 __all__ = [
     "ALIVE",
+    "EDGE_COLS",
+    "EDGE_FIELDS",
+    "EDGE_INERT",
+    "E_ACCESS",
+    "E_MODE",
+    "E_PROMOTE",
+    "E_WRITE",
+    "EdgeSetup",
     "ReplayStalled",
     "BATCH",
     "CACHED",
@@ -123,8 +132,17 @@ TIERS, WRITE_MODE, PROPAGATE, PROMOTE, THRESHOLD = range(5)
 write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`, :data:`CASCADING`), whether a
 hit touches every tier holding the block, whether a hit from a lower tier copies the block
 up, and the selective write threshold."""
-WRITE_THROUGH, WRITE_SELECTIVE, CASCADING = range(3)
-"""Tier write modes (spec §7)."""
+WRITE_THROUGH, WRITE_SELECTIVE, CASCADING, EDGE_INERT = range(4)
+"""Tier write modes (spec §7); per edge (§7a) also :data:`EDGE_INERT`, an edge that
+neither places nor demotes (the edges after the first under a group-wide
+``write_through_selective``)."""
+EDGE_COLS = 5
+"""``tiering``'s per-edge columns start here: edge ``e`` (tier ``e`` -> ``e + 1``) has
+:data:`EDGE_FIELDS` columns from ``EDGE_COLS + EDGE_FIELDS * e``."""
+E_MODE, E_ACCESS, E_WRITE, E_PROMOTE = range(4)
+"""An edge's columns (spec §7a): its write mode, and whether a read's touch, a write's
+refresh and a promotion cross it."""
+EDGE_FIELDS = 4
 LIFE_FIELDS = ("node", "inst", "birth", "death", "hits", "last_hit", "cause")
 """Columns of ``lives`` (int64): the replica slot, the internal instance (its tier), birth
 and death ns (-1 alive), read hits during the life, ns of the latest (-1 none), and how it
@@ -293,16 +311,45 @@ class InstanceSetup(NamedTuple):
     dense: bool
 
 
+class EdgeSetup(NamedTuple):
+    """One edge between adjacent tiers (spec §7a): its write mode (:data:`WRITE_THROUGH`,
+    :data:`WRITE_SELECTIVE` on edge 0 only, :data:`CASCADING` or :data:`EDGE_INERT`) and
+    whether a read's touch (``access``), a write's refresh (``write``) and a promotion
+    (``promote``) cross it."""
+
+    write_mode: int = WRITE_THROUGH
+    access: bool = True
+    write: bool = True
+    promote: bool = False
+
+
 class TierSetup(NamedTuple):
     """A tiered group (spec §7): each tier's quota in bytes (-1 infinite; tier 0 first),
-    the write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`, :data:`CASCADING`),
-    access propagation, promotion, the selective write threshold."""
+    the group-wide write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`,
+    :data:`CASCADING`), access propagation, promotion, the selective write threshold, and
+    ``edges``: one :class:`EdgeSetup` per adjacent pair (§7a; empty: every edge as the
+    group-wide fields say, :meth:`edge_setups`)."""
 
     quotas: tuple[int, ...]
     write_mode: int = WRITE_THROUGH
     propagate: bool = True
     promote: bool = False
     threshold: int = 2
+    edges: tuple[EdgeSetup, ...] = ()
+
+    def edge_setups(self) -> tuple[EdgeSetup, ...]:
+        """Every edge (tier t -> t + 1), the group-wide strategy's when ``edges`` is empty:
+        each edge alike, except that a group-wide selective mode makes edge 0 selective
+        and the later edges inert (§7a)."""
+        if self.edges:
+            return self.edges
+        out = []
+        for e in range(len(self.quotas) - 1):
+            mode = self.write_mode
+            if mode == WRITE_SELECTIVE and e > 0:
+                mode = EDGE_INERT
+            out.append(EdgeSetup(mode, self.propagate, True, self.promote))
+        return tuple(out)
 
 
 RNG_SEED = np.uint64(0x12345678ABCDEF01)
@@ -358,7 +405,7 @@ def allocate(
     all_members = [[u + t * n_users for u in m] for t in range(stride) for m in members]
     member_off = np.zeros(len(all_members) + 1, dtype=np.int64)
     member_off[1:] = np.cumsum([len(m) for m in all_members])
-    tiering = np.zeros((n_users, 5), dtype=np.int64)
+    tiering = np.zeros((n_users, EDGE_COLS + EDGE_FIELDS * max(stride - 1, 0)), dtype=np.int64)
     for u, s in enumerate(instances):
         setup = by_group[s.group]
         tiering[u, TIERS] = group_tiers[s.group]
@@ -367,6 +414,12 @@ def allocate(
             tiering[u, PROPAGATE] = setup.propagate
             tiering[u, PROMOTE] = setup.promote
             tiering[u, THRESHOLD] = setup.threshold
+            for e, edge in enumerate(setup.edge_setups()):
+                col = EDGE_COLS + EDGE_FIELDS * e
+                tiering[u, col + E_MODE] = edge.write_mode
+                tiering[u, col + E_ACCESS] = edge.access
+                tiering[u, col + E_WRITE] = edge.write
+                tiering[u, col + E_PROMOTE] = edge.promote
     # internal instance u + t * n_users = tier t of instance u; a tier the instance does
     # not have is inert (never written) and draws nothing
     inner = [(s, t) for t in range(stride) for s in instances]

@@ -28,13 +28,16 @@ from litehit_core.policy_replay.dispatch import expires
 from litehit_core.policy_replay.index import find, find_or_add
 from litehit_core.policy_replay.state import (
     CACHED,
+    E_ACCESS,
+    E_MODE,
+    E_PROMOTE,
+    E_WRITE,
+    EDGE_COLS,
+    EDGE_FIELDS,
     NONE,
-    PROMOTE,
-    PROPAGATE,
     THRESHOLD,
     TIERS,
     USERS,
-    WRITE_MODE,
     WRITE_SELECTIVE,
     WRITE_THROUGH,
     ReplayArrays,
@@ -53,6 +56,27 @@ def expire_tiers(a: ReplayArrays, user: np.int64, now: np.int64) -> None:
             expire(a, inst, now)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _edge(a: ReplayArrays, user: np.int64, edge: np.int64, field: np.int64) -> np.int64:
+    """Field ``field`` of ``user``'s edge ``edge`` (tier ``edge`` -> ``edge + 1``)."""
+    return a.tiering[user, EDGE_COLS + EDGE_FIELDS * edge + field]
+
+
+@njit(cache=True, nogil=True)
+def _place(
+    a: ReplayArrays, user: np.int64, base: np.int64, tier: np.int64, now: np.int64,
+    bucket: np.int64,
+) -> None:  # fmt: skip
+    """A copy into ``tier``, and on into each next tier while the edge to it is
+    ``write_through`` (spec §7a: a new block from tier 0, a selective copy from tier 1)."""
+    users = a.scalars[USERS]
+    tiers = a.tiering[user, TIERS]
+    put(a, user + tier * users, base + tier, now, bucket)
+    while tier + 1 < tiers and _edge(a, user, tier, E_MODE) == WRITE_THROUGH:
+        tier += 1
+        put(a, user + tier * users, base + tier, now, bucket)
+
+
 @njit(cache=True, nogil=True)
 def read_tiered(
     a: ReplayArrays,
@@ -69,8 +93,6 @@ def read_tiered(
     O(keys x tiers)."""
     users = a.scalars[USERS]
     tiers = a.tiering[user, TIERS]
-    propagate = a.tiering[user, PROPAGATE] != 0
-    promote = a.tiering[user, PROMOTE] != 0
     a.tier_hits[:] = 0
     parent = np.int64(-1) - user
     hkey = parent
@@ -96,13 +118,19 @@ def read_tiered(
             else:
                 remote_hits += 1
             a.tier_hits[serving] += 1
-            for tier in range(serving, tiers):
-                if tier == serving or (propagate and a.flags[base + tier] & CACHED):
+            touch(a, user + serving * users, base + serving, now)
+            for tier in range(serving + 1, tiers):  # down while the edges pass the touch
+                if not _edge(a, user, tier - 1, E_ACCESS):
+                    break
+                if a.flags[base + tier] & CACHED:
                     touch(a, user + tier * users, base + tier, now)
-            if promote and serving > 0:
+            top = serving  # up while the edges pass a promotion
+            while top > 0 and _edge(a, user, top - 1, E_PROMOTE):
+                top -= 1
+            if top < serving:
                 src = base + serving
                 bucket = np.int64(a.bucket[src]) if len(a.bucket) else np.int64(NONE)
-                for tier in range(serving):
+                for tier in range(top, serving):
                     put(a, user + tier * users, base + tier, now, bucket)
                 promoted = True
             if analyse:
@@ -126,30 +154,34 @@ def write_tiered(
     ``user`` (module docstring). No eviction here. O(keys x tiers)."""
     users = a.scalars[USERS]
     tiers = a.tiering[user, TIERS]
-    mode = a.tiering[user, WRITE_MODE]
     threshold = a.tiering[user, THRESHOLD]
     parent = np.int64(-1) - user
     hkey = parent
     for j in range(lo, hi):
         base = find_or_add(a, parent, hkey, keys[j])
-        held = False
+        first = np.int64(NONE)
         for tier in range(tiers):
             if a.flags[base + tier] & CACHED:
-                held = True
-                put(a, user + tier * users, base + tier, now, bucket)
-        if held:
+                first = tier
+                break
+        if first != NONE:  # refreshed in the first tier holding it, on while edges pass it
+            put(a, user + first * users, base + first, now, bucket)
+            for tier in range(first + 1, tiers):
+                if not _edge(a, user, tier - 1, E_WRITE):
+                    break
+                if a.flags[base + tier] & CACHED:
+                    put(a, user + tier * users, base + tier, now, bucket)
             a.wcount[base] += 1
             if (
-                mode == WRITE_SELECTIVE
-                and tiers > 1
+                tiers > 1
+                and _edge(a, user, 0, E_MODE) == WRITE_SELECTIVE
                 and a.wcount[base] >= threshold
                 and not a.flags[base + 1] & CACHED
             ):
-                put(a, user + users, base + 1, now, bucket)
+                _place(a, user, base, 1, now, bucket)
         else:
             a.wcount[base] = 1
-            for tier in range(tiers if mode == WRITE_THROUGH else 1):
-                put(a, user + tier * users, base + tier, now, bucket)
+            _place(a, user, base, 0, now, bucket)
         parent = base
         hkey = keys[j]
     a.acc_write[user] += hi - lo

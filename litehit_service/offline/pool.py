@@ -232,15 +232,28 @@ class TracePool:
 
     def abort(self) -> None:
         """Kill the forked workers now (their tasks are lost), then :meth:`close`. For a
-        run that failed or was interrupted: nothing waits for a long task to finish."""
-        if self._procs is not None and self._pids is not None:
-            with self._pids.get_lock():
-                pids = [pid for pid in self._pids if pid]
+        run that failed or was interrupted: nothing waits for a long task to finish.
+
+        Every worker is killed, the ones that registered their pid and the ones forked
+        but not registered yet (the executor's own list), and the executor is not waited
+        for: a worker killed while it held the result queue's lock would leave another
+        worker blocked on that lock for ever, and a waiting shutdown with it."""
+        if self._procs is not None:
+            pids = set()
+            if self._pids is not None:
+                with self._pids.get_lock():
+                    pids = {pid for pid in self._pids if pid}
+            workers = list(getattr(self._procs, "_processes", {}).values())
+            pids |= {w.pid for w in workers if w.pid}
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            self._procs.shutdown(wait=False, cancel_futures=True)
+            for worker in workers:
+                worker.join(timeout=5)
+            self._procs = None
         self.close()
 
     def close(self) -> None:

@@ -17,13 +17,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from litehit_core.policy_replay import (
+    EdgeSetup,
     InstanceSetup,
     ReplayResult,
     ReplaySetup,
     TierSetup,
     replay,
 )
-from litehit_service.optimizer.optimize.config import WRITE_MODES, GroupConfig, OptimizeConfig
+from litehit_service.optimizer.optimize.config import (
+    EDGE_MODES,
+    WRITE_MODES,
+    GroupConfig,
+    OptimizeConfig,
+)
 from litehit_service.optimizer.optimize.rows import InstanceRows, RowTotals, instance_rows
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 
@@ -184,6 +190,12 @@ def _tier_setup(group: GroupConfig) -> TierSetup | None:
         propagate=s.access_propagation,
         promote=s.promote,
         threshold=s.selective_write_threshold,
+        edges=tuple(
+            EdgeSetup(
+                EDGE_MODES.index(e.write_mode), e.access_propagation, e.write_propagation, e.promote
+            )
+            for e in s.edges
+        ),  # fmt: skip
     )
 
 
