@@ -37,7 +37,7 @@ from litehit_core.engine import DEFAULT_MODEL, FACT_MODELS
 from litehit_core.errors import LocatedError
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes, read_lines
 from litehit_core.model import HitCurveSegment, HitCurveStep
-from litehit_core.temporaries import remove_stale_temps, temp_path
+from litehit_core.temporaries import not_a_folder, remove_stale_temps, temp_path
 
 FACTS_HEADER = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
@@ -142,7 +142,12 @@ class FactsWriter:
         self._fh: IO[str] | None = None
 
     def __enter__(self) -> FactsWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a folder must go
+            raise not_a_folder(
+                next(p for p in self.path.parents if p.exists() and not p.is_dir())
+            ) from None
         remove_stale_temps(self.path)
         self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
         self._fh.write((FACTS_HEADER_MODELS if self.with_model else FACTS_HEADER) + "\n")

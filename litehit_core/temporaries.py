@@ -17,11 +17,20 @@ cannot probe a process, nothing is swept.
 
 from __future__ import annotations
 
+import errno
 import os
 
-__all__ = ["pid_alive", "remove_stale_temps", "temp_path"]
+__all__ = ["not_a_folder", "pid_alive", "remove_stale_temps", "temp_path"]
 
 _SUFFIX = ".tmp"
+
+
+def not_a_folder(path: str | os.PathLike[str]) -> NotADirectoryError:
+    """The error for an output folder ``path`` that is a file (the user's path to fix: the
+    CLI exits 2 for it)."""
+    return NotADirectoryError(
+        errno.ENOTDIR, "is a file, not a folder (outputs go into a folder)", os.fspath(path)
+    )
 
 
 def temp_path(path: str | os.PathLike[str]) -> str:

@@ -105,6 +105,8 @@ def exit_code(exc: BaseException) -> int:
         return EXIT_TERMINATED
     if isinstance(exc, (UsageError, InvalidRequestError)):
         return EXIT_BAD_INPUT
+    if isinstance(exc, (NotADirectoryError, IsADirectoryError)):  # a path of the wrong kind
+        return EXIT_BAD_INPUT
     if getattr(exc, "kind", None) in _BAD_INPUT_KINDS:  # an OptimizerError of bad input
         return EXIT_BAD_INPUT
     return EXIT_FAILURE

@@ -304,6 +304,78 @@ def _fails(tmp_path: Path, config: Path, *message: str) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_an_output_path_that_is_a_file_and_a_trace_that_is_a_folder(tmp_path):
+    """Paths of the wrong kind are the user's to fix: exit 2 naming the path, nothing
+    written (before: exit 1 'File exists', and 'cannot read the trace: Is a directory')."""
+    path = write_case(tmp_path, [req(1, [1])])
+    (tmp_path / "taken").write_text("mine")
+    for command, out in (("optimize", "taken"), ("lifecycle", "taken/sub"),
+                         ("export-tree", "taken")):  # fmt: skip
+        done = run_cli(command, str(path), "-o", str(tmp_path / out), cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (
+            f"litehit {command}: error: {tmp_path / 'taken'}: is a file, not a folder "
+            "(outputs go into a folder)"
+        )
+    assert (tmp_path / "taken").read_text() == "mine"
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "part-1.jsonl").write_text(json.dumps(req(1, [1])) + "\n")
+    data = json.loads(path.read_text())
+    data["trace_file_path"] = "traces"
+    path.write_text(json.dumps(data))
+    done = run_cli("optimize", str(path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"{tmp_path / 'traces'}:0: is a folder, and a trace is one file: name one trace file "
+        "(a folder of traces is not merged: join its records into one file, in timestamp order)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_warnings_for_a_zero_quota_and_a_cache_without_bound(tmp_path):
+    """Valid but likely unmeant configurations run and say so on stderr: a zero quota
+    (every read misses), a ttl instance that neither falls back nor has a default TTL
+    (spec section 5: warn once at start that its cache can grow without bound)."""
+    records = [req(1, [1, 2]), req(2, [1, 2])]
+    path = write_case(tmp_path, records, blocks=0)
+    done = run_cli("optimize", str(path), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == (
+        "WARNING: group 'g': quota_capacity is 0 bytes: it caches nothing and every read misses"
+    )
+    assert json.loads(done.stdout)["instances"][0]["hit_rate"] == 0
+    path = write_case(tmp_path, records, blocks=1, policy="ttl",
+                      params={"fallback_on_pressure": False})  # fmt: skip
+    for command in ("optimize", "export-tree", "tradeoff"):
+        done = run_cli(command, str(path), "-o", str(tmp_path / command), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines()[0] == (
+            "WARNING: instance 'a' (ttl, fallback_on_pressure false, default_block_ttl_seconds "
+            "0): a block written without a ttl_us never expires and is never evicted, so its "
+            "cache can grow past the quota without bound"
+        ), command
+    path = write_case(tmp_path, records, blocks=1, policy="ttl",
+                      group_extra={"default_block_ttl_seconds": 1})  # fmt: skip
+    assert "WARNING" not in run_cli("optimize", str(path), cwd=tmp_path).stderr
+
+
+def test_a_batch_far_beyond_the_cache_evicts_as_the_whole_cache(tmp_path):
+    """eviction_batch_size_per_instance 10^12 (RandomLRU: 10^13 draws a call) replays in
+    the memory of the cache, and evicts as a batch of a million does: every call takes
+    the whole instance. Catches scratch arrays sized by the batch (a MemoryError)."""
+    records = [req(t, [t % 7, t % 11, t]) for t in range(1, 400)]
+    texts = []
+    for batch in (10**12, 10**6):
+        folder = tmp_path / str(batch)
+        folder.mkdir()
+        path = write_case(folder, records, policy="random_lru", blocks=20, mode=2,
+                          batch=batch, params={"sample_rate": 0.1})  # fmt: skip
+        done = run_cli("optimize", str(path), cwd=folder)
+        assert done.returncode == 0, done.stderr
+        texts.append((folder / "out" / "a_hit_rates.csv").read_text())
+    assert texts[0] == texts[1] and len(texts[0].splitlines()) == 400
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -412,6 +484,13 @@ def _fails(tmp_path: Path, config: Path, *message: str) -> None:
             ("instance_groups[0].colour: unknown field 'colour'",),
         ),
         ({"mode": 0}, ("eviction_mode: must be 1, 2 or 3, got 0",)),
+        (
+            {"batch": 1 << 63},
+            (
+                "eviction_params.eviction_batch_size_per_instance: must be an integer in "
+                "[1, 4611686018427387904] (2^62), got 9223372036854775808",
+            ),
+        ),
         (  # another policy's parameter: a typo'd policy type must not pass silently
             {"policy": "ttl", "params": {"sample_rate": 0.5}},
             (

@@ -881,6 +881,9 @@ def test_unwritable_output_is_a_clear_error(
     cfg = setup(tmp_path, WORKED)
     (tmp_path / "out").write_text("not a folder", encoding="utf-8")
     rc, err = cli(capsys, str(cfg))
-    assert rc == 1  # a runtime failure, not bad input
-    assert err == (f"litehit replay: error: {tmp_path / 'out'}: File exists\n")
+    assert rc == 2  # the user's path to fix, as for every command
+    assert err == (
+        f"litehit replay: error: {tmp_path / 'out'}: is a file, not a folder (outputs go into "
+        "a folder)\n"
+    )
     assert (tmp_path / "out").read_text(encoding="utf-8") == "not a folder"

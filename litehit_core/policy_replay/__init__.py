@@ -10,9 +10,10 @@ quotas and delayed writes have no stack property. The pieces, libCacheSim-style:
   :mod:`.leaf_aware_lru`, :mod:`.ttl`; :mod:`.dispatch` routes a verb to an instance's
   policy (the names, parameters and defaults users see are in
   :data:`litehit_core.engine.POLICIES`);
-- shared: :mod:`.state` (the flat arrays), :mod:`.index` (path -> node), :mod:`.lists`,
-  :mod:`.blocks` (read, write, remove, expire), :mod:`.quota` (eviction modes),
-  :mod:`.loop` (records -> rows), :mod:`.replay` (the driver), :mod:`.check` (invariants).
+- shared: :mod:`.setup` (what is replayed), :mod:`.state` (the flat arrays),
+  :mod:`.index` (path -> node), :mod:`.lists`, :mod:`.blocks` (read, write, remove,
+  expire), :mod:`.quota` (eviction modes), :mod:`.loop` (records -> rows),
+  :mod:`.replay` (the driver), :mod:`.check` (invariants).
 
 Everything in the hot loop is compiled with numba (``nogil``, cached on disk); there is
 no Python object per block. The kernels pass every array behind one structref pointer
@@ -29,7 +30,7 @@ from litehit_core.policy_replay.replay import (
     replay,
     warm_up,
 )
-from litehit_core.policy_replay.state import EdgeSetup, InstanceSetup, TierSetup
+from litehit_core.policy_replay.setup import EdgeSetup, InstanceSetup, TierSetup
 
 __all__ = [
     "EdgeSetup",

@@ -18,6 +18,7 @@ import numpy as np
 from litehit_core.policy_replay.check import check_arrays
 from litehit_core.policy_replay.index import rebuild_table
 from litehit_core.policy_replay.loop import ROW_FIELDS, WRITE, flush, replay_chunk
+from litehit_core.policy_replay.setup import InstanceSetup, TierSetup
 from litehit_core.policy_replay.state import (
     ALIVE,
     LIFE_FIELDS,
@@ -27,10 +28,8 @@ from litehit_core.policy_replay.state import (
     PENDING,
     STRIDE,
     USERS,
-    InstanceSetup,
     ReplayArrays,
     ReplayStalled,
-    TierSetup,
     allocate,
     grow_ttl,
     memory_bytes,

@@ -57,11 +57,14 @@ from the freed ones first, then from the high-water mark, and arrays grow by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from numba import njit, types
 from numba.experimental import structref
+
+if TYPE_CHECKING:  # the setups import this module's constants
+    from litehit_core.policy_replay.setup import InstanceSetup, TierSetup
 
 __all__ = [
     "ALIVE",
@@ -72,7 +75,6 @@ __all__ = [
     "E_MODE",
     "E_PROMOTE",
     "E_WRITE",
-    "EdgeSetup",
     "ReplayStalled",
     "BATCH",
     "CACHED",
@@ -101,9 +103,7 @@ __all__ = [
     "WRITE_MODE",
     "WRITE_SELECTIVE",
     "WRITE_THROUGH",
-    "InstanceSetup",
     "ReplayArrays",
-    "TierSetup",
     "allocate",
     "grow_ttl",
     "as_struct",
@@ -296,62 +296,6 @@ def as_struct(a: ReplayArrays) -> _State:
     )
 
 
-class InstanceSetup(NamedTuple):
-    """One instance as the replay needs it: ``kind`` (its policy's code), ``group``
-    (index), ``bytes_per_block``, ``sample`` (RandomLRU's draws per call, else 0),
-    ``fallback`` and ``refresh`` (TTL options), ``dense`` (True for a policy with a dense
-    array of its blocks: RandomLRU)."""
-
-    kind: int
-    group: int
-    bytes_per_block: int
-    sample: int
-    fallback: bool
-    refresh: bool
-    dense: bool
-
-
-class EdgeSetup(NamedTuple):
-    """One edge between adjacent tiers (spec §7a): its write mode (:data:`WRITE_THROUGH`,
-    :data:`WRITE_SELECTIVE` on edge 0 only, :data:`CASCADING` or :data:`EDGE_INERT`) and
-    whether a read's touch (``access``), a write's refresh (``write``) and a promotion
-    (``promote``) cross it."""
-
-    write_mode: int = WRITE_THROUGH
-    access: bool = True
-    write: bool = True
-    promote: bool = False
-
-
-class TierSetup(NamedTuple):
-    """A tiered group (spec §7): each tier's quota in bytes (-1 infinite; tier 0 first),
-    the group-wide write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`,
-    :data:`CASCADING`), access propagation, promotion, the selective write threshold, and
-    ``edges``: one :class:`EdgeSetup` per adjacent pair (§7a; empty: every edge as the
-    group-wide fields say, :meth:`edge_setups`)."""
-
-    quotas: tuple[int, ...]
-    write_mode: int = WRITE_THROUGH
-    propagate: bool = True
-    promote: bool = False
-    threshold: int = 2
-    edges: tuple[EdgeSetup, ...] = ()
-
-    def edge_setups(self) -> tuple[EdgeSetup, ...]:
-        """Every edge (tier t -> t + 1), the group-wide strategy's when ``edges`` is empty:
-        each edge alike, except that a group-wide selective mode makes edge 0 selective
-        and the later edges inert (§7a)."""
-        if self.edges:
-            return self.edges
-        out = []
-        for e in range(len(self.quotas) - 1):
-            mode = self.write_mode
-            if mode == WRITE_SELECTIVE and e > 0:
-                mode = EDGE_INERT
-            out.append(EdgeSetup(mode, self.propagate, True, self.promote))
-        return tuple(out)
-
-
 RNG_SEED = np.uint64(0x12345678ABCDEF01)
 """Every RandomLRU generator's initial state (spec §5)."""
 
@@ -455,7 +399,7 @@ def allocate(
         member_off=member_off,
         members=np.array([i for m in all_members for i in m], dtype=np.int32),
         scalars=np.zeros(_N_SCALARS, dtype=np.int64),
-        victims=np.zeros(max(largest_draw, 1), dtype=np.int32),
+        victims=np.zeros(max(min(largest_draw, MIN_NODES * stride), 1), dtype=np.int32),
         path=np.zeros(max(longest, 1), dtype=np.int32),
         tiering=tiering,
         tier_hits=np.zeros(stride, dtype=np.int64),
@@ -532,6 +476,11 @@ def reserve(arrays: ReplayArrays, new_nodes: int, rebuild_table: object) -> Repl
             used = int(arrays.scalars[LIVES])
             lives[:used] = arrays.lives[:used]
             arrays = arrays._replace(lives=lives)
+    # one call's victims: at most the draws (or the batch), and never more than the slots
+    # hold, so a batch far beyond the cache costs nothing
+    largest = max(int(arrays.sample.max(initial=0)), int(arrays.scalars[BATCH]), 1)
+    if len(arrays.victims) < min(largest, len(arrays.key)):
+        arrays = arrays._replace(victims=np.zeros(min(largest, len(arrays.key)), dtype=np.int32))
     return _grow_dense(arrays, new_nodes)
 
 

@@ -58,3 +58,11 @@ def say_plan(command: str, path: str, mb_per_s: float, destination: str) -> None
     line = plan_line(command, path, *trace_sizes(path), mb_per_s, destination)
     if line is not None:
         print(line, file=sys.stderr, flush=True)
+
+
+def say_warnings(lines: list[str]) -> None:
+    """Print a configuration's warnings on stderr, one line each, before a run."""
+    import sys
+
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)

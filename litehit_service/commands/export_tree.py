@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from litehit_service.commands import say_plan
+from litehit_service.commands import say_plan, say_warnings
 from litehit_service.commands.options import (
     add_config,
     add_output_dir,
@@ -96,6 +96,7 @@ def analysis_config(args: argparse.Namespace, command: str) -> tuple[OptimizeCon
     from litehit_service.optimizer.optimize.config import load_optimize_config
 
     config = load_optimize_config(config_path(args))
+    say_warnings(config.warnings)
     out_dir = args.output_dir or config.output_result_path
     say_plan(command, config.trace_file_path, ANALYSIS_MB_PER_S, out_dir)
     return config, out_dir

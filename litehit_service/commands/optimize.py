@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError, say_plan
+from litehit_service.commands import UsageError, say_plan, say_warnings
 from litehit_service.commands.options import (
     add_config,
     add_max_workers,
@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
         raise UsageError(RAY_MISSING)
     config = load_optimize_config(config_path(args))
+    say_warnings(config.warnings)
     out_dir = args.output_dir or config.output_result_path
     window_ns = None if args.aggregate_window_s is None else round(args.aggregate_window_s * 1e9)
     workers = args.max_workers or (

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from litehit_service.commands import UsageError
+from litehit_service.commands import UsageError, say_warnings
 from litehit_service.commands.options import (
     add_config,
     add_max_workers,
@@ -162,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
         raise UsageError(RAY_MISSING)
     config = load_optimize_config(path)
+    say_warnings(config.warnings)
     refuse_tiered(config)
     out_dir = args.output_dir or config.output_result_path
     title = args.plot_title or (

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
-from litehit_core.temporaries import remove_stale_temps, temp_path
+from litehit_core.temporaries import not_a_folder, remove_stale_temps, temp_path
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -103,6 +103,8 @@ def make_dirs(folders: Sequence[str]) -> list[str]:
         missing = []
         path = os.path.abspath(folder)
         while not os.path.isdir(path):
+            if os.path.lexists(path):  # a file where a folder must go: the user's path
+                raise not_a_folder(path)
             missing.append(path)
             path = os.path.dirname(path)
         for path in reversed(missing):

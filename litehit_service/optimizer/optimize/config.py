@@ -153,6 +153,9 @@ class TierConfig:
     capacity: float
 
 
+MAX_BATCH = 1 << 62
+"""The largest ``eviction_batch_size_per_instance``: any batch beyond every cache's size
+evicts the same (a whole instance), and the replay counts in int64."""
 WRITE_MODES = ("write_through", "write_through_selective", "cascading")
 """Tier write modes (spec §7), in the kernel's code order."""
 
@@ -238,6 +241,36 @@ class OptimizeConfig:
         """Every instance, groups in order."""
         return tuple(i for g in self.groups for i in g.instances)
 
+    @property
+    def warnings(self) -> list[str]:
+        """What is valid but likely not meant, one line each (the commands print them on
+        stderr before they run): a quota of 0 bytes (every read misses; a tier's too),
+        and a ``ttl`` instance that neither falls back to LRU under pressure nor has a
+        default TTL, whose blocks without a ``ttl_us`` are never removed (spec §5: its
+        cache can grow past the quota without bound). O(instances)."""
+        out = []
+        for g in self.groups:
+            quotas = ([("quota_capacity", g.quota_bytes)] if not g.tiers else
+                      [(f"storage {t.name!r}", g.tier_quota_bytes(i))
+                       for i, t in enumerate(g.tiers)])  # fmt: skip
+            for what, quota in quotas:
+                if quota == 0:
+                    out.append(f"WARNING: group {g.group_name!r}: {what} is 0 bytes: it "
+                               "caches nothing and every read misses")  # fmt: skip
+            for inst in g.instances:
+                if (
+                    inst.policy.expires
+                    and not inst.params.get("fallback_on_pressure", True)
+                    and g.default_ttl_ns == 0
+                ):
+                    out.append(
+                        f"WARNING: instance {inst.instance_id!r} (ttl, fallback_on_pressure "
+                        "false, default_block_ttl_seconds 0): a block written without a "
+                        "ttl_us never expires and is never evicted, so its cache can grow "
+                        "past the quota without bound"
+                    )
+        return out
+
     def error(self, field_path: str, reason: str) -> LocatedError:
         """A LocatedError about ``field_path``, at its line of :attr:`source`."""
         return LocatedError(
@@ -276,10 +309,9 @@ def optimize_config_from_dict(
     if mode not in EVICTION_MODES:
         found.append(_bad("eviction_params.eviction_mode", "1, 2 or 3", mode))
     batch = ev.integer("eviction_batch_size_per_instance", required=True, default=1)
-    if batch < 1:
-        found.append(
-            _bad("eviction_params.eviction_batch_size_per_instance", "an integer >= 1", batch)
-        )
+    if not 1 <= batch <= MAX_BATCH:
+        found.append(_bad("eviction_params.eviction_batch_size_per_instance",
+                          f"an integer in [1, {MAX_BATCH}] (2^62)", batch))  # fmt: skip
     tr = Fields(f.object("trace_replay"), "trace_replay", _REPLAY, found)
     delay = tr.integer("write_delay_ns", default=0)
     if delay < 0:

@@ -26,6 +26,7 @@ from litehit_core.policy_replay import (
 )
 from litehit_service.optimizer.optimize.config import (
     EDGE_MODES,
+    MAX_BATCH,
     WRITE_MODES,
     GroupConfig,
     OptimizeConfig,
@@ -136,8 +137,8 @@ def build_setup(
     for gi, group in enumerate(config.groups):
         first = len(instances)
         for inst in group.instances:
-            sample = (
-                max(math.floor(config.batch_size / inst.params["sample_rate"]), 1)
+            sample = (  # draws beyond any cache's size draw the same: capped to int64
+                min(max(math.floor(config.batch_size / inst.params["sample_rate"]), 1), MAX_BATCH)
                 if inst.policy.dense
                 else 0
             )

@@ -140,6 +140,13 @@ def open_bytes(path: str) -> BinaryIO:
             from litehit_service.traces.readers.parquet import ParquetLines
 
             return ParquetLines(path)  # type: ignore[return-value]
+    except IsADirectoryError:
+        raise LocatedError(
+            path,
+            0,
+            "is a folder, and a trace is one file: name one trace file (a folder of traces "
+            "is not merged: join its records into one file, in timestamp order)",
+        ) from None
     except OSError as exc:
         raise LocatedError(path, 0, f"cannot read the trace: {exc.strerror or exc}") from None
     if compression is None:
