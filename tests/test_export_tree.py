@@ -279,3 +279,27 @@ def test_bad_configuration_and_missing_config(tmp_path):
     done = run_cli("export-tree", str(tmp_path / "missing.json"), cwd=tmp_path)
     assert done.returncode == 2 and "missing.json" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_reference_flags(tmp_path):
+    """The reference's export_radix_tree command line: --hot-nodes (our --top-k),
+    --show-blocks/--max-blocks (the hot paths' keys, root first), --stats-only (no
+    pictures), --layout/--node-size (accepted, not acted on)."""
+    records = [rec(1, [11, 12, 13, 14]), rec(2, [11, 12, 13, 14]), rec(3, [11, 12, 20]),
+               rec(4, [11, 12, 20])]  # fmt: skip
+    config = write_config(tmp_path, records)
+    done = run_cli("export-tree", str(config), "--hot-nodes", "2", "--show-blocks",
+                   "--max-blocks", "3", "--stats-only", "--layout", "radial", "--node-size",
+                   "9", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "a: 3 nodes (1 roots, 2 leaves), 5 blocks, 5 cached, deepest path 4 blocks, 3 nodes hit",
+        "a: top 2 nodes by gets (node: gets, latest, path)",
+        "  #1 node 0: 3 gets, latest at 0.000 s, 2 blocks deep: 0(2)",
+        "     blocks: 11, 12",
+        "  #2 node 1: 1 gets, latest at 0.000 s, 4 blocks deep: 0(2) > 1(2)",
+        "     blocks: 11, 12, 13 (+1 more)",
+    ]
+    folder = tmp_path / "out" / "radix_tree"
+    assert sorted(p.name for p in folder.iterdir()) == ["a_radix_tree.json"]
+    assert "keys" not in json.loads((folder / "a_radix_tree.json").read_text())["nodes"][0]

@@ -30,6 +30,7 @@ from litehit_service.commands import UsageError, say_plan
 from litehit_service.commands.options import (
     add_instance,
     add_max_line_bytes,
+    add_option,
     add_output_file,
     required_options,
 )
@@ -61,23 +62,38 @@ def register(subparsers: Any) -> None:
             "'path:line: reason' goes to stderr and the exit code is 2."
         ),
     )
-    p.add_argument(
+    add_option(
+        p,
         "--from",
+        aliases=("-f",),
         dest="source_format",
         default=None,
+        type=_format_name,
         choices=FORMATS,
         help="the input's format (default: a trace format detected from the first input's "
-        "first line; publisher-log and qwen-bailian logs are never detected)",
+        "first line; publisher-log and qwen-bailian logs are never detected; the "
+        "reference's publisher_log and qwen_bailian spellings are accepted)",
     )
     p.add_argument(
         "input",
         metavar="INPUT",
-        nargs="+",
+        nargs="*",
         help=(
             "input trace file (lmcache: a JSONL file or a directory of "
             "lookup_hashes_*.jsonl); publisher-log and qwen-bailian: one or more files or "
             "directories, merged in time order"
         ),
+    )
+    add_option(p, "--input-file", aliases=("-i",), dest="input_options", action="append",
+               default=[], metavar="INPUT",
+               help="an input given as an option, as the reference's converter takes it "
+               "(the same as a positional INPUT; may repeat; default: none)")  # fmt: skip
+    p.add_argument(
+        "--mode",
+        choices=("optimizer",),
+        default="optimizer",
+        help="what the output is for, as the reference's converter asks: 'optimizer' (the "
+        "standard trace every litehit command reads; the only mode, default)",
     )
     add_output_file(
         required_options(p),
@@ -275,9 +291,18 @@ PLAN_MB_PER_S = 60.0
 to Parquet ~100, Mooncake or logs to standard JSONL ~30)."""
 
 
+def _format_name(text: str) -> str:
+    """A format name as given, with the reference's underscores read as hyphens."""
+    return text.replace("_", "-")
+
+
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.input`` to ``args.output`` (errors raise; see cli)."""
     from litehit_service.traces.convert.pipeline import convert_trace
+
+    args.input = [*args.input, *args.input_options]
+    if not args.input:
+        raise UsageError("give the input: INPUT (or -i INPUT)")
 
     if args.source_format is None:
         args.source_format = _detected(args)

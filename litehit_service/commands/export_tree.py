@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from litehit_service.commands import say_plan, say_warnings
 from litehit_service.commands.options import (
     add_config,
+    add_option,
     add_output_dir,
     add_trace_options,
     config_path,
@@ -66,12 +67,47 @@ def register(subparsers: Any) -> None:
         help="also print the --top-k most-hit nodes with their ancestor chains and draw "
         "them in {instance_id}_hot_paths.png",
     )
-    p.add_argument(
+    add_option(
+        p,
         "--top-k",
+        aliases=("--hot-nodes",),
         type=positive_int,
         default=10,
         metavar="K",
         help="hot nodes shown by --show-hot-paths (default 10)",
+    )
+    p.add_argument(
+        "--show-blocks",
+        action="store_true",
+        help="with the hot paths, print each one's block keys, root first (the first "
+        "--max-blocks of them)",
+    )
+    p.add_argument(
+        "--max-blocks",
+        type=positive_int,
+        default=10,
+        metavar="N",
+        help="block keys printed per hot path by --show-blocks (default 10)",
+    )
+    p.add_argument(
+        "--stats-only",
+        action="store_true",
+        help="print the statistics (and hot paths) and write the tree JSON, without the pictures",
+    )
+    p.add_argument(
+        "--layout",
+        default=None,
+        metavar="NAME",
+        help="accepted for the reference's command lines and not acted on: the picture "
+        "lays out its top itself (default: none)",
+    )
+    p.add_argument(
+        "--node-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="accepted for the reference's command lines and not acted on: boxes are "
+        "sized by their text (default: none)",
     )
     p.add_argument(
         "--keys",
@@ -145,13 +181,16 @@ def run(args: argparse.Namespace) -> int:
     config, out_dir = analysis_config(args, "export-tree")
     hits = PathHits()
     analysis = analyse(args, "export-tree", config, hits.add)
-    trees = build_trees(analysis, hits, with_keys=args.keys)
+    trees = build_trees(analysis, hits, with_keys=args.keys or args.show_blocks)
     texts = []
     figures = []
     for tree in trees:
         name = tree.info.instance_id
+        shown = tree if args.keys else tree.without_keys()
         texts.append((os.path.join(TREE_DIR, f"{name}_radix_tree.json"),
-                      tree_json(tree, end_ns=analysis.end_ns)))  # fmt: skip
+                      tree_json(shown, end_ns=analysis.end_ns)))  # fmt: skip
+        if args.stats_only:
+            continue
         figures.append((os.path.join(TREE_DIR, f"{name}_radix_tree.png"), tree_figure(tree)))
         if args.show_hot_paths:
             figures.append(
@@ -161,8 +200,8 @@ def run(args: argparse.Namespace) -> int:
     publish_files(out_dir, texts, figures)
     for tree in trees:
         print(tree_summary(tree))
-        if args.show_hot_paths:
-            print(hot_paths_text(tree, args.top_k))
+        if args.show_hot_paths or args.show_blocks:
+            print(hot_paths_text(tree, args.top_k, args.max_blocks if args.show_blocks else 0))
     print(
         run_line(
             "export-tree",

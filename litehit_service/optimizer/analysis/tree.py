@@ -30,7 +30,7 @@ inside it. Cost per batch O(hit keys x log(hit keys)).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -75,6 +75,10 @@ class InstanceTree:
     def size(self) -> int:
         """Nodes."""
         return len(self.parent)
+
+    def without_keys(self) -> InstanceTree:
+        """The same tree without its block keys (what the JSON writes unless asked)."""
+        return replace(self, keys=None, key_off=None)
 
     @property
     def children(self) -> np.ndarray:
@@ -318,10 +322,11 @@ def ancestors(tree: InstanceTree, node: int) -> list[int]:
     return chain[::-1]
 
 
-def hot_paths_text(tree: InstanceTree, k: int) -> str:
+def hot_paths_text(tree: InstanceTree, k: int, max_blocks: int = 0) -> str:
     """The hot paths (spec §9) as text: per hot node its gets, the time of its latest
-    (seconds), its blocks from the root and its chain of nodes ``id(blocks)`` root first.
-    O(k x depth)."""
+    (seconds), its blocks from the root and its chain of nodes ``id(blocks)`` root first;
+    ``max_blocks`` > 0 (the tree built with its keys): a line with the path's first
+    ``max_blocks`` block keys, root first. O(k x depth)."""
     lines = [f"{tree.info.instance_id}: top {k} nodes by gets (node: gets, latest, path)"]
     for rank, node in enumerate(hot_nodes(tree, k).tolist(), start=1):
         chain = ancestors(tree, node)
@@ -331,6 +336,15 @@ def hot_paths_text(tree: InstanceTree, k: int) -> str:
             f"  #{rank} node {node}: {int(tree.access_count[node])} gets, latest at "
             f"{int(tree.last_access[node]) / 1e9:.3f} s, {depth} blocks deep: {path}"
         )
+        if max_blocks > 0 and tree.keys is not None and tree.key_off is not None:
+            keys: list[int] = []
+            for c in chain:
+                keys += tree.keys[tree.key_off[c] : tree.key_off[c + 1]].tolist()
+                if len(keys) >= max_blocks:
+                    break
+            more = depth - min(len(keys), max_blocks)
+            shown = ", ".join(str(key) for key in keys[:max_blocks])
+            lines.append(f"     blocks: {shown}" + (f" (+{more} more)" if more else ""))
     if len(lines) == 1:
         lines.append("  (no get hit this instance's blocks)")
     return "\n".join(lines)
