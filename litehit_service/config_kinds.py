@@ -19,7 +19,8 @@ commands that read it and what this command reads.
 **The rules** (:func:`config_kind`). Only a non-empty object can be told; the top level and
 the first :data:`SCANNED_ENTRIES` entries of ``instance_groups`` are looked at:
 
-- *optimizer marks*: a top-level ``eviction_params``, ``trace_replay`` or ``mamba_state``, or
+- *optimizer marks*: a top-level ``eviction_params``, ``trace_replay``, ``mamba_state`` or
+  ``trace_type`` (the reference's older configurations), or
   an ``instance_groups[]`` entry with a field of the optimizer's own (``group_name``,
   ``quota_capacity``, a nested ``instances``, ``storages``, ``tier_strategy``, ...:
   :data:`OPTIMIZER_GROUP_MARKS`);
@@ -91,7 +92,7 @@ KINDS: Mapping[str, ConfigKind] = {
 SCANNED_ENTRIES = 4
 """How many ``instance_groups`` entries the detector looks at (the first ones)."""
 
-OPTIMIZER_TOP_MARKS = ("eviction_params", "trace_replay", "mamba_state")
+OPTIMIZER_TOP_MARKS = ("eviction_params", "trace_replay", "mamba_state", "trace_type")
 """Top-level fields only an optimizer configuration has."""
 OPTIMIZER_GROUP_MARKS = (
     "group_name",

@@ -332,6 +332,31 @@ def test_an_output_path_that_is_a_file_and_a_trace_that_is_a_folder(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_older_reference_configuration_says_what_to_change(tmp_path):
+    """The reference's older configurations name the trace's source (trace_type) and give
+    quotas in blocks without bytes_per_token: both refused with the fix, exit 2."""
+    path = write_case(tmp_path, [req(1, [1])])
+    data = json.loads(path.read_text())
+    data["trace_type"] = "publisher_log"
+    del data["instance_groups"][0]["instances"][0]["bytes_per_token"]
+    path.write_text(json.dumps(data))
+    done = run_cli("optimize", str(path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert sorted(line.split(": ", 1)[1] for line in done.stderr.splitlines()) == [
+        "instance_groups[0].instances[0].bytes_per_token: missing required field: the KV "
+        "cache bytes per token, which turns blocks into bytes (a block is block_size x "
+        "bytes_per_token bytes). quota_capacity is GiB here (x used_percentage), where the "
+        "reference's older configurations gave it in blocks: quota_capacity = blocks x "
+        "block_size x bytes_per_token / 2^30",
+        "trace_type: the reference's older configurations name the trace's source here "
+        "('publisher_log'); litehit reads a standard trace (JSONL or Parquet) whatever its "
+        "source: convert it first (litehit convert --from publisher-log LOG -o trace.jsonl "
+        "for a publisher log; --from qwen-bailian, mooncake or lmcache likewise), point "
+        "trace_file_path at the result and delete trace_type",
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_warnings_for_a_zero_quota_and_a_cache_without_bound(tmp_path):
     """Valid but likely unmeant configurations run and say so on stderr: a zero quota
     (every read misses), a ttl instance that neither falls back nor has a default TTL

@@ -69,6 +69,7 @@ KNOWN_UNUSED = {
 on, with why (field path pattern -> reason)."""
 
 _TOP = (
+    "trace_type",  # refused with what to do (the reference's older configurations)
     "trace_file_path",
     "output_result_path",
     "eviction_params",
@@ -302,6 +303,16 @@ def optimize_config_from_dict(
     check_kind(data, "optimizer", source, lines)  # another kind of document: say so, alone
     found: list[LocatedError] = []
     f = Fields(data, "", _TOP, found)
+    if "trace_type" in f.data:
+        found.append(LocatedError(
+            "", 0,
+            f"the reference's older configurations name the trace's source here "
+            f"({f.data['trace_type']!r}); litehit reads a standard trace (JSONL or Parquet) "
+            "whatever its source: convert it first (litehit convert --from publisher-log "
+            "LOG -o trace.jsonl for a publisher log; --from qwen-bailian, mooncake or "
+            "lmcache likewise), point trace_file_path at the result and delete trace_type",
+            "trace_type",
+        ))  # fmt: skip
     trace = f.string("trace_file_path", required=True)
     output = f.string("output_result_path", required=True)
     ev = Fields(f.object("eviction_params"), "eviction_params", _EVICTION, found)
@@ -569,7 +580,16 @@ def _instance(data: Any, where: str, found: list[LocatedError], group: str) -> I
     block = f.integer("block_size", required=True, default=1)
     if block < 1:
         found.append(_bad(f.path("block_size"), "an integer >= 1", block))
-    per_token = f.integer("bytes_per_token", required=True, default=1)
+    per_token = f.integer("bytes_per_token", default=1)
+    if not f.broken and "bytes_per_token" not in f.data:
+        found.append(LocatedError(
+            "", 0,
+            "missing required field: the KV cache bytes per token, which turns blocks into "
+            "bytes (a block is block_size x bytes_per_token bytes). quota_capacity is GiB "
+            "here (x used_percentage), where the reference's older configurations gave it "
+            "in blocks: quota_capacity = blocks x block_size x bytes_per_token / 2^30",
+            f.path("bytes_per_token"),
+        ))  # fmt: skip
     if per_token < 1:
         found.append(_bad(f.path("bytes_per_token"), "an integer >= 1", per_token))
     name = f.string("eviction_policy_type", required=True, default=DEFAULT_POLICY.name)
