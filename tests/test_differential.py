@@ -21,7 +21,7 @@ import pytest
 
 from litehit_core.engine import POLICIES
 from litehit_core.policy_replay import EdgeSetup, Replayer, TierSetup
-from litehit_service.optimizer.optimize.config import WRITE_MODES
+from litehit_service.optimizer.optimize.tier_config import WRITE_MODES
 from tests.policy_oracle import Oracle
 from tests.test_policy_replay import random_trace, to_arrays
 from tests.test_replay_stream import _part, _setup

@@ -14,7 +14,7 @@ import pytest
 
 from litehit_core.engine import POLICIES
 from litehit_core.policy_replay import InstanceSetup, ReplaySetup, TierSetup, replay
-from litehit_service.optimizer.optimize.config import WRITE_MODES
+from litehit_service.optimizer.optimize.tier_config import WRITE_MODES
 from tests.test_optimize import req, run_cli, write_case
 from tests.test_policy_replay import random_trace, to_arrays
 from tests.tier_oracle import TieredOracle

@@ -16,10 +16,10 @@ from numba import njit
 
 from litehit_core.policy_replay.blocks import put, remove_block
 from litehit_core.policy_replay.dispatch import choose_victims, one_shot
+from litehit_core.policy_replay.setup import CASCADING
 from litehit_core.policy_replay.state import (
     BATCH,
     CACHED,
-    CASCADING,
     E_MODE,
     EDGE_COLS,
     EDGE_FIELDS,

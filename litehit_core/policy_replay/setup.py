@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from litehit_core.policy_replay.state import EDGE_INERT, WRITE_SELECTIVE, WRITE_THROUGH
+__all__ = [
+    "CASCADING",
+    "EDGE_INERT",
+    "WRITE_SELECTIVE",
+    "WRITE_THROUGH",
+    "EdgeSetup",
+    "InstanceSetup",
+    "TierSetup",
+]
 
-__all__ = ["EdgeSetup", "InstanceSetup", "TierSetup"]
+WRITE_THROUGH, WRITE_SELECTIVE, CASCADING, EDGE_INERT = range(4)
+"""Tier write modes (spec §7); per edge (§7a) also :data:`EDGE_INERT`, an edge that
+neither places nor demotes (the edges after the first under a group-wide
+``write_through_selective``)."""
 
 
 class InstanceSetup(NamedTuple):
@@ -27,8 +38,8 @@ class InstanceSetup(NamedTuple):
 
 class EdgeSetup(NamedTuple):
     """One edge between adjacent tiers (spec §7a): its write mode
-    (:data:`~.state.WRITE_THROUGH`, :data:`~.state.WRITE_SELECTIVE` on edge 0 only,
-    :data:`~.state.CASCADING` or :data:`~.state.EDGE_INERT`) and whether a read's touch
+    (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE` on edge 0 only,
+    :data:`CASCADING` or :data:`EDGE_INERT`) and whether a read's touch
     (``access``), a write's refresh (``write``) and a promotion (``promote``) cross it."""
 
     write_mode: int = WRITE_THROUGH
@@ -39,8 +50,8 @@ class EdgeSetup(NamedTuple):
 
 class TierSetup(NamedTuple):
     """A tiered group (spec §7): each tier's quota in bytes (-1 infinite; tier 0 first),
-    the group-wide write mode (:data:`~.state.WRITE_THROUGH`, :data:`~.state.WRITE_SELECTIVE`,
-    :data:`~.state.CASCADING`), access propagation, promotion, the selective write threshold, and
+    the group-wide write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`,
+    :data:`CASCADING`), access propagation, promotion, the selective write threshold, and
     ``edges``: one :class:`EdgeSetup` per adjacent pair (§7a; empty: every edge as the
     group-wide fields say, :meth:`edge_setups`)."""
 

@@ -57,20 +57,18 @@ from the freed ones first, then from the high-water mark, and arrays grow by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, types
 from numba.experimental import structref
 
-if TYPE_CHECKING:  # the setups import this module's constants
-    from litehit_core.policy_replay.setup import InstanceSetup, TierSetup
+from litehit_core.policy_replay.setup import InstanceSetup, TierSetup
 
 __all__ = [
     "ALIVE",
     "EDGE_COLS",
     "EDGE_FIELDS",
-    "EDGE_INERT",
     "E_ACCESS",
     "E_MODE",
     "E_PROMOTE",
@@ -79,7 +77,6 @@ __all__ = [
     "BATCH",
     "CACHED",
     "CACHED_ALL",
-    "CASCADING",
     "EVICTED",
     "EXPIRED",
     "FREE_HEAD",
@@ -101,8 +98,6 @@ __all__ = [
     "TIERS",
     "USERS",
     "WRITE_MODE",
-    "WRITE_SELECTIVE",
-    "WRITE_THROUGH",
     "ReplayArrays",
     "allocate",
     "grow_ttl",
@@ -132,10 +127,6 @@ TIERS, WRITE_MODE, PROPAGATE, PROMOTE, THRESHOLD = range(5)
 write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`, :data:`CASCADING`), whether a
 hit touches every tier holding the block, whether a hit from a lower tier copies the block
 up, and the selective write threshold."""
-WRITE_THROUGH, WRITE_SELECTIVE, CASCADING, EDGE_INERT = range(4)
-"""Tier write modes (spec §7); per edge (§7a) also :data:`EDGE_INERT`, an edge that
-neither places nor demotes (the edges after the first under a group-wide
-``write_through_selective``)."""
 EDGE_COLS = 5
 """``tiering``'s per-edge columns start here: edge ``e`` (tier ``e`` -> ``e + 1``) has
 :data:`EDGE_FIELDS` columns from ``EDGE_COLS + EDGE_FIELDS * e``."""

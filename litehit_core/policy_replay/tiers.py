@@ -26,6 +26,7 @@ from numba import njit
 from litehit_core.policy_replay.blocks import expire, put, touch
 from litehit_core.policy_replay.dispatch import expires
 from litehit_core.policy_replay.index import find, find_or_add
+from litehit_core.policy_replay.setup import WRITE_SELECTIVE, WRITE_THROUGH
 from litehit_core.policy_replay.state import (
     CACHED,
     E_ACCESS,
@@ -38,8 +39,6 @@ from litehit_core.policy_replay.state import (
     THRESHOLD,
     TIERS,
     USERS,
-    WRITE_SELECTIVE,
-    WRITE_THROUGH,
     ReplayArrays,
 )
 

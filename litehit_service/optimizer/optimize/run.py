@@ -24,14 +24,9 @@ from litehit_core.policy_replay import (
     TierSetup,
     replay,
 )
-from litehit_service.optimizer.optimize.config import (
-    EDGE_MODES,
-    MAX_BATCH,
-    WRITE_MODES,
-    GroupConfig,
-    OptimizeConfig,
-)
+from litehit_service.optimizer.optimize.config import MAX_BATCH, GroupConfig, OptimizeConfig
 from litehit_service.optimizer.optimize.rows import InstanceRows, RowTotals, instance_rows
+from litehit_service.optimizer.optimize.tier_config import EDGE_MODES, WRITE_MODES
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 
 __all__ = [
