@@ -146,3 +146,19 @@ def test_bad_configuration_and_record(tmp_path):
     assert done.returncode == 2
     assert "trace.jsonl:2: instance_id: instance 'nobody' is not configured" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+
+
+def test_optimize_export_lifecycle_writes_the_same_files(tmp_path):
+    """The reference's optimizer_run.py --export-lifecycle: the lifecycle files beside the
+    hit-rate CSVs, the same bytes as litehit lifecycle's, and their statistics in --json."""
+    config = write_config(tmp_path, TTL_CASE, policy="ttl", blocks=3,
+                          group_extra={"default_block_ttl_seconds": 0.001})  # fmt: skip
+    done = run_cli("optimize", str(config), "--export-lifecycle", "--json", "-o",
+                   str(tmp_path / "both"), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "both" / "a_hit_rates.csv").exists()
+    rows, _ = lifecycle(tmp_path, config)
+    got = (tmp_path / "both" / "lifecycle" / "a_block_lifecycle.csv").read_text().splitlines()
+    assert got == rows
+    (stats,) = json.loads(done.stdout)["lifecycle"]
+    assert (stats["lives"], stats["revivals"], stats["expired"]) == (7, 2, 1)

@@ -14,6 +14,7 @@ SUPPORTED = [
     # optimizer_run.py -c CFG --draw-chart
     ("optimize -c cfg.json --draw-chart", {"config_option": "cfg.json", "draw_chart": True}),
     ("optimize cfg.json", {"config": "cfg.json"}),
+    ("optimize -c cfg.json --draw-chart --export-lifecycle", {"export_lifecycle": True}),
     ("tradeoff -c cfg.json", {"config_option": "cfg.json"}),
     ("lifecycle -c cfg.json", {"config_option": "cfg.json"}),
     # export_radix_tree.py
@@ -43,7 +44,6 @@ SUPPORTED = [
 ]
 
 NOT_YET = [
-    "optimize -c cfg.json --draw-chart --export-lifecycle",
     "optimize -c cfg.json --draw-chart --fast-chart",
     "tradeoff -c cfg.json --hit-rate-type remote",
     "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer",

@@ -18,9 +18,14 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litehit_service.commands.export_tree import add_analysis_options, analyse, analysis_config
+
+if TYPE_CHECKING:
+    from litehit_service.optimizer.analysis.lifecycle import LifeSummary
+    from litehit_service.optimizer.analysis.replay import Analysis
+    from litehit_service.optimizer.optimize.config import OptimizeConfig
 
 LIFECYCLE_DIR = "lifecycle"
 """The folder of the lifecycle files inside the output folder."""
@@ -44,21 +49,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+def write_lifecycle(
+    args: argparse.Namespace, config: OptimizeConfig, out_dir: str, command: str
+) -> tuple[Analysis, list[LifeSummary], str]:
+    """Replay ``config``'s trace (options from ``args``) in analysis mode and publish
+    ``lifecycle/`` under ``out_dir``, all or nothing (module docstring): the analysis,
+    each instance's :class:`~..optimizer.analysis.lifecycle.LifeSummary` and the folder.
+    ``litehit optimize --export-lifecycle`` calls it too."""
     from litehit_service.offline.kernels import load_kernels
-    from litehit_service.offline.outputs import atomic_outputs, new_dirs, run_line
-    from litehit_service.optimizer.analysis.lifecycle import (
-        LifecycleWriter,
-        lifecycle_stats,
-        stats_text,
-    )
+    from litehit_service.offline.outputs import atomic_outputs, new_dirs
+    from litehit_service.optimizer.analysis.lifecycle import LifecycleWriter
     from litehit_service.optimizer.analysis.lifecycle_plot import lifespan_figure
     from litehit_service.optimizer.analysis.replay import instance_infos
     from litehit_service.optimizer.optimize.outputs import PICTURE_DPI
 
-    start = time.perf_counter()
-    config, out_dir = analysis_config(args, "lifecycle")
     load_kernels("text")
     infos = instance_infos(config)
     folder = os.path.join(out_dir, LIFECYCLE_DIR)
@@ -71,10 +75,21 @@ def run(args: argparse.Namespace) -> int:
                 [files.enter_context(open(t, "w", encoding="utf-8", newline=""))
                  for t in tmps[: len(csvs)]],
             )  # fmt: skip
-            analysis = analyse(args, "lifecycle", config, writer.on_batch)
+            analysis = analyse(args, command, config, writer.on_batch)
             every = writer.finish(analysis)
         for tmp, lives in zip(tmps[len(csvs) :], every, strict=True):
             lifespan_figure(lives).savefig(tmp, format="png", dpi=PICTURE_DPI)
+    return analysis, every, folder
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
+    from litehit_service.offline.outputs import run_line
+    from litehit_service.optimizer.analysis.lifecycle import lifecycle_stats, stats_text
+
+    start = time.perf_counter()
+    config, out_dir = analysis_config(args, "lifecycle")
+    analysis, every, folder = write_lifecycle(args, config, out_dir, "lifecycle")
     stats = [lifecycle_stats(lives) for lives in every]
     if args.json:
         print(json.dumps({"end_time_ns": analysis.end_ns, "instances": stats}, indent=2))

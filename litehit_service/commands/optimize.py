@@ -105,6 +105,13 @@ def register(subparsers: Any) -> None:
         ".parquet (the same columns, int64 and float64 rates, for pandas, polars or "
         "DuckDB)",
     )
+    p.add_argument(
+        "--export-lifecycle",
+        action="store_true",
+        help="also write every block life, as litehit lifecycle does, into lifecycle/ "
+        "beside the hit-rate CSVs (one more replay, in analysis mode; --json adds their "
+        "statistics)",
+    )
     p.set_defaults(func=run)
 
 
@@ -196,6 +203,14 @@ def run(args: argparse.Namespace) -> int:
                 output_format=args.output_format,
             )
     extra: dict[str, object] = {}
+    if args.export_lifecycle:  # the reference's flag: the lives beside the hit-rate CSVs
+        from litehit_service.commands.lifecycle import write_lifecycle
+        from litehit_service.optimizer.analysis.lifecycle import lifecycle_stats
+
+        _, every, folder = write_lifecycle(args, config, out_dir, "optimize")
+        extra["lifecycle"] = [lifecycle_stats(lives) for lives in every]
+        print(f"optimize: lifecycle: {sum(len(lives.cause) for lives in every)} lives -> "
+              f"{folder}", file=sys.stderr)  # fmt: skip
     if args.compare_exact:
         from litehit_service.optimizer.optimize.exact import exact_rates
 
@@ -218,6 +233,11 @@ def run(args: argparse.Namespace) -> int:
         print(summary_text(result))
         for row in extra.get("compare_exact", []):  # type: ignore[union-attr]
             print(_exact_line(row))
+        if "lifecycle" in extra:
+            from litehit_service.optimizer.analysis.lifecycle import stats_text
+
+            for stats in extra["lifecycle"]:  # type: ignore[attr-defined]
+                print(stats_text(stats))
     reads = sum(r.rows.reads for r in result.instances)
     print(
         run_line(
