@@ -332,6 +332,33 @@ def test_an_output_path_that_is_a_file_and_a_trace_that_is_a_folder(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_fast_chart_draws_each_line_through_2000_reads(tmp_path):
+    """--fast-chart (the reference's flag, implies --draw-chart): the chart's lines go
+    through at most 2,000 evenly spaced reads per instance, the first and the last among
+    them, and the dot per read is left out; the rates are those of every read."""
+    from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.optimize.outputs import FAST_CHART_POINTS, timeseries_figure
+    from litehit_service.optimizer.optimize.run import run_optimize
+    from litehit_service.optimizer.optimize.trace import load_trace
+
+    records = [req(t, [t % 5, t % 13, t]) for t in range(1, 5001)]
+    path = write_case(tmp_path, records, blocks=30)
+    done = run_cli("optimize", str(path), "--fast-chart", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    png = tmp_path / "out" / "timeseries" / "multi_instance_cache_analysis.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config = load_optimize_config(path)
+    result = run_optimize(config, load_trace(config, max_line_bytes=1 << 20))
+    full, fast = timeseries_figure(result), timeseries_figure(result, fast=True)
+    full_top, full_bottom = full.axes[0], full.axes[1]
+    fast_top, fast_bottom = fast.axes[0], fast.axes[1]
+    assert len(full_top.lines[0].get_xdata()) == 5000
+    x, y = fast_top.lines[0].get_xdata(), fast_top.lines[0].get_ydata()
+    assert len(x) == FAST_CHART_POINTS and x[0] == 0 and x[-1] == full_top.lines[0].get_xdata()[-1]
+    assert y[-1] == full_top.lines[0].get_ydata()[-1]  # the rate over every read
+    assert full_bottom.collections and not fast_bottom.collections  # no dot per read
+
+
 def test_an_older_reference_configuration_says_what_to_change(tmp_path):
     """The reference's older configurations name the trace's source (trace_type) and give
     quotas in blocks without bytes_per_token: both refused with the fix, exit 2."""

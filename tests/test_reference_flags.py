@@ -15,6 +15,7 @@ SUPPORTED = [
     ("optimize -c cfg.json --draw-chart", {"config_option": "cfg.json", "draw_chart": True}),
     ("optimize cfg.json", {"config": "cfg.json"}),
     ("optimize -c cfg.json --draw-chart --export-lifecycle", {"export_lifecycle": True}),
+    ("optimize -c cfg.json --draw-chart --fast-chart", {"fast_chart": True}),
     ("tradeoff -c cfg.json", {"config_option": "cfg.json"}),
     ("lifecycle -c cfg.json", {"config_option": "cfg.json"}),
     # export_radix_tree.py
@@ -44,7 +45,6 @@ SUPPORTED = [
 ]
 
 NOT_YET = [
-    "optimize -c cfg.json --draw-chart --fast-chart",
     "tradeoff -c cfg.json --hit-rate-type remote",
     "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer",
 ]

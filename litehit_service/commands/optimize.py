@@ -106,6 +106,13 @@ def register(subparsers: Any) -> None:
         "DuckDB)",
     )
     p.add_argument(
+        "--fast-chart",
+        action="store_true",
+        help="with --draw-chart (implied), draw each line through at most 2,000 evenly "
+        "spaced reads per instance and leave out the dot per read: the same rates, drawn "
+        "in a moment for millions of reads",
+    )
+    p.add_argument(
         "--export-lifecycle",
         action="store_true",
         help="also write every block life, as litehit lifecycle does, into lifecycle/ "
@@ -155,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(RAY_MISSING)
     config = load_optimize_config(config_path(args))
     say_warnings(config.warnings)
+    args.draw_chart = args.draw_chart or args.fast_chart
     out_dir = args.output_dir or config.output_result_path
     window_ns = None if args.aggregate_window_s is None else round(args.aggregate_window_s * 1e9)
     workers = args.max_workers or (
@@ -180,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=advance,
             )
         write_outputs(result, out_dir, draw_chart=args.draw_chart, aggregate_window_ns=window_ns,
+                      fast_chart=args.fast_chart,
                       output_format=args.output_format)  # fmt: skip
     else:  # one replay: streamed, memory following the cache
         routing, batches, _ = open_trace_batches(
@@ -198,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
                 out_dir,
                 window_ns=reorder_window_ns(args),
                 draw_chart=args.draw_chart,
+                fast_chart=args.fast_chart,
                 aggregate_window_ns=window_ns,
                 progress=advance,
                 output_format=args.output_format,

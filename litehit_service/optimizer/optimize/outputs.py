@@ -103,6 +103,7 @@ def write_outputs(
     draw_chart: bool,
     aggregate_window_ns: int | None = None,
     output_format: str = "csv",
+    fast_chart: bool = False,
 ) -> list[str]:
     """Write every per-read table (``output_format``: CSV or Parquet, :mod:`.tables`) and
     the chart (with ``aggregate_window_ns`` the aggregate CSV and its chart) into
@@ -124,7 +125,8 @@ def write_outputs(
             finally:
                 table.close()
         write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
-                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns)  # fmt: skip
+                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns,
+                       fast_chart=fast_chart)  # fmt: skip
     return paths
 
 
@@ -134,13 +136,15 @@ def write_pictures(
     *,
     draw_chart: bool,
     aggregate_window_ns: int | None,
+    fast_chart: bool = False,
 ) -> None:
     """Write the pictures asked for (and the aggregate CSV) to the paths ``to`` maps
-    their names to (:func:`picture_names`). O(reads)."""
+    their names to (:func:`picture_names`); ``fast_chart``: the chart's cheaper form
+    (:func:`timeseries_figure`). O(reads)."""
     for name, text in picture_texts(result, aggregate_window_ns):
         with open(to[name], "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
-    for name, figure in picture_figures(result, draw_chart, aggregate_window_ns):
+    for name, figure in picture_figures(result, draw_chart, aggregate_window_ns, fast_chart):
         figure.savefig(to[name], format="png", dpi=PICTURE_DPI)
 
 
@@ -165,7 +169,10 @@ def picture_texts(result: OptimizeResult, aggregate_window_ns: int | None) -> li
 
 
 def picture_figures(
-    result: OptimizeResult, draw_chart: bool, aggregate_window_ns: int | None
+    result: OptimizeResult,
+    draw_chart: bool,
+    aggregate_window_ns: int | None,
+    fast_chart: bool = False,
 ) -> list[tuple[str, Figure]]:
     """The charts asked for, by file name. O(reads)."""
     figures = []
@@ -174,7 +181,7 @@ def picture_figures(
             (AGGREGATE_CHART, aggregate_figure(aggregate_windows(result, aggregate_window_ns)))
         )
     if draw_chart:
-        figures.append((CHART, timeseries_figure(result)))
+        figures.append((CHART, timeseries_figure(result, fast=fast_chart)))
         if any(r.tier_names for r in result.instances):
             figures.append((TIER_CHART, tier_figure(result)))
     return figures
@@ -276,8 +283,15 @@ def aggregate_figure(w: AggregateWindows) -> Figure:
     return fig
 
 
-def timeseries_figure(result: OptimizeResult) -> Figure:
-    """The two-panel chart (module docstring)."""
+FAST_CHART_POINTS = 2000
+"""Points per instance and line of ``--fast-chart``'s chart."""
+
+
+def timeseries_figure(result: OptimizeResult, *, fast: bool = False) -> Figure:
+    """The two-panel chart (module docstring); ``fast`` (``--fast-chart``): each line
+    drawn through at most :data:`FAST_CHART_POINTS` evenly spaced reads (the rates are
+    still computed over every read) and no dot per read, so a chart of millions of reads
+    draws in a moment."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 8), layout="constrained")
@@ -291,23 +305,30 @@ def timeseries_figure(result: OptimizeResult) -> Figure:
         hit_t = (rows.local_hits + rows.remote_hits) * rows.block_size
         acc_in = np.cumsum(rows.input_tokens)
         acc = np.divide(np.cumsum(hit_t), acc_in, out=np.zeros(len(acc_in)), where=acc_in > 0)
-        (line,) = top.plot(seconds, acc * 100, label=f"{r.instance_id} ({r.policy})")
-        storage.plot(seconds, rows.cached, color=line.get_color(), alpha=0.35, linestyle="--")
-        per = np.divide(
-            hit_t, rows.input_tokens, out=np.zeros(len(hit_t)), where=rows.input_tokens > 0
-        )
-        bottom.scatter(seconds, per * 100, s=2, alpha=0.25, color=line.get_color())
-        bottom.plot(seconds, window_rate(hit_t, rows.input_tokens, WINDOW) * 100,
-                    color=line.get_color(), label=r.instance_id)  # fmt: skip
+        window = window_rate(hit_t, rows.input_tokens, WINDOW)
+        shown = np.arange(rows.reads)
+        if fast and rows.reads > FAST_CHART_POINTS:
+            shown = np.unique(np.linspace(0, rows.reads - 1, FAST_CHART_POINTS).astype(np.int64))
+        (line,) = top.plot(seconds[shown], acc[shown] * 100,
+                           label=f"{r.instance_id} ({r.policy})")  # fmt: skip
+        storage.plot(seconds[shown], rows.cached[shown], color=line.get_color(), alpha=0.35,
+                     linestyle="--")  # fmt: skip
+        if not fast:
+            per = np.divide(
+                hit_t, rows.input_tokens, out=np.zeros(len(hit_t)), where=rows.input_tokens > 0
+            )
+            bottom.scatter(seconds, per * 100, s=2, alpha=0.25, color=line.get_color())
+        bottom.plot(seconds[shown], window[shown] * 100, color=line.get_color(),
+                    label=r.instance_id)  # fmt: skip
     top.set_ylabel("cumulative hit rate (%)")
     top.set_title("Cumulative hit rate per instance (dashed: cached blocks, right axis)")
     storage.set_ylabel("cached blocks")
     top.legend(loc="lower right", fontsize="small")
-    bottom.set_ylabel("hit rate per read (%)")
+    bottom.set_ylabel("hit rate (%)" if fast else "hit rate per read (%)")
     bottom.set_xlabel("time since the instance's first read (s)")
     bottom.set_title(
-        f"Hit rate per read (dots) and of the last {WINDOW} reads (line: hit tokens / input "
-        "tokens, as above)"
+        f"Hit rate of the last {WINDOW} reads (line: hit tokens / input tokens, as above)"
+        + ("" if fast else " and per read (dots)")
     )
     for ax in (top, bottom):
         ax.set_ylim(0, 100)

@@ -194,6 +194,7 @@ def stream_optimize(
     aggregate_window_ns: int | None = None,
     progress: Callable[[int], object] | None = None,
     output_format: str = "csv",
+    fast_chart: bool = False,
 ) -> OptimizeResult:
     """Replay the ``batches`` under ``config`` and write the outputs into ``out_dir``, all
     or nothing (module docstring); ``progress(n)`` hears the units each batch consumed;
@@ -222,7 +223,8 @@ def stream_optimize(
                 lane.table.close()
         result = _result(config, replayer, lanes, seconds, memory, pictures)
         write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
-                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns)  # fmt: skip
+                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns,
+                       fast_chart=fast_chart)  # fmt: skip
     return result
 
 
