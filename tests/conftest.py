@@ -34,9 +34,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-from hypothesis import settings
-from serve_process import ROOT, ServeProcess, serve_env
+# the clone and tests/ on sys.path however pytest is started (no ini, --import-mode
+# importlib): the test modules import `tests.<module>` and their helpers by name
+for _path in (str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from serve_process import ROOT, ServeProcess, serve_env  # noqa: E402
 
 if TYPE_CHECKING:
     from litehit_service.client import OptimizerClient
