@@ -22,9 +22,9 @@ numpy arrays held by one :class:`ReplayArrays` (a named tuple numba takes as one
   tier, so a policy works on one tier's replicas as on an untiered cache. Tier ``t`` of
   instance ``u`` is the *internal instance* ``u + t * USERS`` (tier 0 is ``u`` itself),
   with its own policy state and its own group ``g + t * groups``; ``tiering`` (per
-  instance: :data:`TIERS`, :data:`WRITE_MODE`, :data:`PROPAGATE`, :data:`PROMOTE`,
-  :data:`THRESHOLD`, then per edge between adjacent tiers :data:`EDGE_FIELDS` columns from
-  :data:`EDGE_COLS`) says how its tiers are written and read;
+  instance: :data:`TIERS`, :data:`THRESHOLD`, then per edge between adjacent tiers
+  :data:`EDGE_FIELDS` columns from :data:`EDGE_COLS`: the edge's write mode, and whether a
+  touch, a refresh and a promotion cross it) says how its tiers are written and read;
 - **index**: ``table``, an open-addressing table (power of two, linear probing) of
   ``slot + 1`` keyed by ``(parent, key)`` (:mod:`~litehit_core.policy_replay.index`);
 - **instances** (configuration order): ``kind`` (the policy's code), ``group``, ``bpb``
@@ -73,7 +73,6 @@ __all__ = [
     "E_MODE",
     "E_PROMOTE",
     "E_WRITE",
-    "ReplayStalled",
     "BATCH",
     "CACHED",
     "CACHED_ALL",
@@ -86,8 +85,6 @@ __all__ = [
     "LIVES",
     "NOW",
     "PENDING",
-    "PROMOTE",
-    "PROPAGATE",
     "MODE",
     "NODES",
     "MIN_NODES",
@@ -97,8 +94,8 @@ __all__ = [
     "THRESHOLD",
     "TIERS",
     "USERS",
-    "WRITE_MODE",
     "ReplayArrays",
+    "ReplayStalled",
     "allocate",
     "grow_ttl",
     "as_struct",
@@ -122,12 +119,11 @@ STRIDE, USERS, NOW, KEEP, LIVES = range(8, 13)
 configured instances, the time (ns) of the event being replayed, 1 when nodes are never
 freed (analyses), rows of ``lives`` used."""
 _N_SCALARS = 13
-TIERS, WRITE_MODE, PROPAGATE, PROMOTE, THRESHOLD = range(5)
-"""Columns of ``tiering`` (one row per configured instance): its tiers (1 = untiered),
-write mode (:data:`WRITE_THROUGH`, :data:`WRITE_SELECTIVE`, :data:`CASCADING`), whether a
-hit touches every tier holding the block, whether a hit from a lower tier copies the block
-up, and the selective write threshold."""
-EDGE_COLS = 5
+TIERS, THRESHOLD = range(2)
+"""Columns of ``tiering`` (one row per configured instance): its tiers (1 = untiered) and
+the selective write threshold (edge 0's); the edges' own columns follow
+(:data:`EDGE_COLS`)."""
+EDGE_COLS = 2
 """``tiering``'s per-edge columns start here: edge ``e`` (tier ``e`` -> ``e + 1``) has
 :data:`EDGE_FIELDS` columns from ``EDGE_COLS + EDGE_FIELDS * e``."""
 E_MODE, E_ACCESS, E_WRITE, E_PROMOTE = range(4)
@@ -345,9 +341,6 @@ def allocate(
         setup = by_group[s.group]
         tiering[u, TIERS] = group_tiers[s.group]
         if setup is not None:
-            tiering[u, WRITE_MODE] = setup.write_mode
-            tiering[u, PROPAGATE] = setup.propagate
-            tiering[u, PROMOTE] = setup.promote
             tiering[u, THRESHOLD] = setup.threshold
             for e, edge in enumerate(setup.edge_setups()):
                 col = EDGE_COLS + EDGE_FIELDS * e
@@ -390,7 +383,7 @@ def allocate(
         member_off=member_off,
         members=np.array([i for m in all_members for i in m], dtype=np.int32),
         scalars=np.zeros(_N_SCALARS, dtype=np.int64),
-        victims=np.zeros(max(min(largest_draw, MIN_NODES * stride), 1), dtype=np.int32),
+        victims=_victims(largest_draw, n_nodes),
         path=np.zeros(max(longest, 1), dtype=np.int32),
         tiering=tiering,
         tier_hits=np.zeros(stride, dtype=np.int64),
@@ -467,12 +460,16 @@ def reserve(arrays: ReplayArrays, new_nodes: int, rebuild_table: object) -> Repl
             used = int(arrays.scalars[LIVES])
             lives[:used] = arrays.lives[:used]
             arrays = arrays._replace(lives=lives)
-    # one call's victims: at most the draws (or the batch), and never more than the slots
-    # hold, so a batch far beyond the cache costs nothing
-    largest = max(int(arrays.sample.max(initial=0)), int(arrays.scalars[BATCH]), 1)
+    largest = max(int(arrays.sample.max(initial=0)), int(arrays.scalars[BATCH]))
     if len(arrays.victims) < min(largest, len(arrays.key)):
-        arrays = arrays._replace(victims=np.zeros(min(largest, len(arrays.key)), dtype=np.int32))
+        arrays = arrays._replace(victims=_victims(largest, len(arrays.key)))
     return _grow_dense(arrays, new_nodes)
+
+
+def _victims(largest: int, slots: int) -> np.ndarray:
+    """Room for one call's victims: at most the draws (or the batch), ``largest``, and
+    never more than the ``slots`` hold, so a batch far beyond the cache costs nothing."""
+    return np.zeros(max(min(largest, slots), 1), dtype=np.int32)
 
 
 def grow_ttl(arrays: ReplayArrays, ttl_values: Sequence[int]) -> ReplayArrays:

@@ -140,13 +140,10 @@ def report_progress(n: int) -> None:
         _INLINE[0] += n
 
 
-def _init_worker(traces: dict[str, Any], counter: Any, pids: Any) -> None:
+def _init_worker(traces: dict[str, Any], counter: Any) -> None:
     worker_signals()
     _TRACES.update(traces)
     _COUNTER[:] = [counter]
-    with pids.get_lock():  # this worker's pid into the first free slot
-        slot = next(i for i, pid in enumerate(pids) if pid == 0)
-        pids[slot] = os.getpid()
 
 
 def _in_worker(fn: Callable[[Any, Any], Any], task: Any, key: str) -> Any:
@@ -183,7 +180,6 @@ class TracePool:
         self.executor = executor
         self._procs: ProcessPoolExecutor | None = None
         self._counter: Any = None
-        self._pids: Any = None
         self._inline_start = _INLINE[0]
         self._ray: Any = None
         self._refs: dict[str, Any] = {}
@@ -197,11 +193,9 @@ class TracePool:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self._counter = ctx.Value("q", 0)
-            # one slot per worker (spare room: the slots are never reused)
-            self._pids = ctx.Array("q", 4 * workers)
             self._procs = ProcessPoolExecutor(
                 workers, mp_context=ctx, initializer=_init_worker,
-                initargs=(traces, self._counter, self._pids),
+                initargs=(traces, self._counter),
             )  # fmt: skip
 
     @property
@@ -234,22 +228,14 @@ class TracePool:
         """Kill the forked workers now (their tasks are lost), then :meth:`close`. For a
         run that failed or was interrupted: nothing waits for a long task to finish.
 
-        Every worker is killed, the ones that registered their pid and the ones forked
-        but not registered yet (the executor's own list), and the executor is not waited
-        for: a worker killed while it held the result queue's lock would leave another
-        worker blocked on that lock for ever, and a waiting shutdown with it."""
+        Every worker the executor forked is killed, whether or not it has started a
+        task, and the executor is not waited for: a worker killed while it held the result
+        queue's lock would leave another worker blocked on that lock for ever, and a
+        waiting shutdown with it."""
         if self._procs is not None:
-            pids = set()
-            if self._pids is not None:
-                with self._pids.get_lock():
-                    pids = {pid for pid in self._pids if pid}
             workers = list(getattr(self._procs, "_processes", {}).values())
-            pids |= {w.pid for w in workers if w.pid}
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            for worker in workers:
+                worker.kill()
             self._procs.shutdown(wait=False, cancel_futures=True)
             for worker in workers:
                 worker.join(timeout=5)

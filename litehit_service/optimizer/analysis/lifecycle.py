@@ -59,6 +59,7 @@ __all__ = [
     "LifeSummary",
     "LifecycleWriter",
     "lifecycle_csv",
+    "lifecycle_header",
     "lifecycle_stats",
     "stats_text",
 ]
@@ -139,7 +140,7 @@ class LifecycleWriter:
         self.parts: list[list[tuple[np.ndarray, ...]]] = [[] for _ in infos]
         self.paths = [np.zeros(max(len(i.tier_names), 1), dtype=np.int64) for i in infos]
         for info, fh in zip(self.infos, self.files, strict=True):
-            fh.write(HEADER + (",Tier" if info.tier_names else "") + "\n")
+            fh.write(lifecycle_header(info))
 
     def on_batch(self, replayer: Replayer, fed: Fed) -> None:
         """Write the lives that ended, when enough have. O(lives held) when it writes."""
@@ -221,13 +222,18 @@ CSV_CHUNK_LIVES = 1 << 20
 piece, never held whole."""
 
 
+def lifecycle_header(info: InstanceInfo) -> str:
+    """The CSV's first line (with ``\\n``): :data:`HEADER`, and ``,Tier`` when tiered."""
+    return HEADER + (",Tier" if info.tier_names else "") + "\n"
+
+
 def lifecycle_csv(lives: InstanceLives, *, header: bool = True) -> Iterator[str]:
     """The CSV text of ``lives`` (module docstring), in pieces of :data:`CSV_CHUNK_LIVES`
     rows (the header first, unless ``header`` is False). O(lives), one compiled call a
     piece (:func:`~litehit_service.offline.text_columns.table_text`)."""
     tiered = bool(lives.info.tier_names)
     if header:
-        yield HEADER + (",Tier" if tiered else "") + "\n"
+        yield lifecycle_header(lives.info)
     labels = ["false", "true", *lives.info.tier_names]
     alive = lives.alive
     for lo in range(0, len(lives.birth), CSV_CHUNK_LIVES):

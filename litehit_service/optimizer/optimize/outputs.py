@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,6 +51,7 @@ __all__ = [
     "window_rate",
     "tier_figure",
     "timeseries_figure",
+    "published",
     "write_outputs",
     "write_pictures",
 ]
@@ -108,26 +111,38 @@ def write_outputs(
     """Write every per-read table (``output_format``: CSV or Parquet, :mod:`.tables`) and
     the chart (with ``aggregate_window_ns`` the aggregate CSV and its chart) into
     ``out_dir`` (created if needed), all or nothing; the paths written. O(reads)."""
-    from litehit_service.offline.outputs import atomic_outputs, new_dirs
     from litehit_service.optimizer.optimize.rows import InstanceRows, Running
     from litehit_service.optimizer.optimize.tables import TABLES
 
     tiered = any(r.tier_names for r in result.instances)
     names = [table_name(r.instance_id, output_format) for r in result.instances]
     figures = picture_names(tiered, draw_chart, aggregate_window_ns)
-    paths = [os.path.join(out_dir, n) for n in [*names, *figures]]
-    with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
-        for r, tmp in zip(result.instances, tmps, strict=False):
+    with published(out_dir, names, figures) as (table_tmps, picture_tmps):
+        for r, tmp in zip(result.instances, table_tmps, strict=True):
             assert isinstance(r.rows, InstanceRows)  # the whole-trace path keeps them
             table = TABLES[output_format](tmp, r.tier_names)
             try:
                 table.write(r.rows, Running())
             finally:
                 table.close()
-        write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
-                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns,
-                       fast_chart=fast_chart)  # fmt: skip
-    return paths
+        write_pictures(result, picture_tmps, draw_chart=draw_chart,
+                       aggregate_window_ns=aggregate_window_ns, fast_chart=fast_chart)  # fmt: skip
+    return [os.path.join(out_dir, n) for n in [*names, *figures]]
+
+
+@contextmanager
+def published(
+    out_dir: str, tables: Sequence[str], pictures: Sequence[str]
+) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """The temporaries of the per-read ``tables`` and the ``pictures`` (names under
+    ``out_dir``): (the tables', in order; picture name -> its), all published together
+    when the block succeeds, and removed with the folders made for them when it raises
+    (:func:`~litehit_service.offline.outputs.atomic_outputs`). O(files)."""
+    from litehit_service.offline.outputs import atomic_outputs, new_dirs
+
+    paths = [os.path.join(out_dir, n) for n in [*tables, *pictures]]
+    with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
+        yield tmps[: len(tables)], dict(zip(pictures, tmps[len(tables) :], strict=True))
 
 
 def write_pictures(

@@ -24,7 +24,6 @@ first).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,13 +33,13 @@ import numpy as np
 
 from litehit_core import LocatedError
 from litehit_core.policy_replay import Replayer, ReplayRecords
-from litehit_service.offline.outputs import atomic_outputs, new_dirs
 from litehit_service.optimizer.optimize.columns import Batch, Routing, TraceBatches
 from litehit_service.optimizer.optimize.config import (
     OptimizeConfig,
 )
 from litehit_service.optimizer.optimize.outputs import (
     picture_names,
+    published,
     table_name,
     write_pictures,
 )
@@ -205,12 +204,11 @@ def stream_optimize(
     pictures = draw_chart or aggregate_window_ns is not None
     tiered = any(g.tiers for g in config.groups)
     figures = picture_names(tiered, draw_chart, aggregate_window_ns)
-    paths = [os.path.join(out_dir, n) for n in [*names, *figures]]
-    with new_dirs([os.path.dirname(p) for p in paths]), atomic_outputs(paths) as tmps:
+    with published(out_dir, names, figures) as (table_tmps, picture_tmps):
         lanes = []
         try:
             members = [(group, inst) for group in config.groups for inst in group.instances]
-            for (group, inst), tmp in zip(members, tmps, strict=False):
+            for (group, inst), tmp in zip(members, table_tmps, strict=True):
                 tier_names = tuple(t.name for t in group.tiers)
                 table = table_type(tmp, tier_names)
                 lanes.append(_Lane(table, Running(), RowTotals(inst.block_size), [], tier_names))
@@ -222,9 +220,8 @@ def stream_optimize(
             for lane in lanes:
                 lane.table.close()
         result = _result(config, replayer, lanes, seconds, memory, pictures)
-        write_pictures(result, dict(zip(figures, tmps[len(names) :], strict=True)),
-                       draw_chart=draw_chart, aggregate_window_ns=aggregate_window_ns,
-                       fast_chart=fast_chart)  # fmt: skip
+        write_pictures(result, picture_tmps, draw_chart=draw_chart,
+                       aggregate_window_ns=aggregate_window_ns, fast_chart=fast_chart)  # fmt: skip
     return result
 
 
@@ -277,8 +274,8 @@ def replay_batches(
 ) -> Iterator[Fed]:
     """Feed ``batches`` through a reorder window of ``window_ns`` (:class:`Reorder`) into
     ``replayer`` (its write delay checked against ``config`` per batch), one :class:`Fed`
-    per batch replayed: what every streamed command (optimize, the analyses, a
-    trade-off's replays) loops over. O(keys) + the replay."""
+    per batch replayed: what every streamed command (optimize, the analyses) loops over.
+    O(keys) + the replay."""
     reorder = Reorder(window_ns, routing.path)
     for batch, done in _then_finish(batches.batches, reorder):
         check_delay(config, batch.times)

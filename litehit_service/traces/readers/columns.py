@@ -190,8 +190,6 @@ def _parquet_chunks(path: str, rows: int) -> tuple[str, int | None, Iterator[Tab
                         table = pa.Table.from_batches([batch])
                         yield TableChunk(row, table, lambda b=batch: batch_lines(b), batch.num_rows)
                         row += batch.num_rows
-            except LocatedError:
-                raise
             except Exception as exc:  # noqa: BLE001 - a corrupt page
                 raise LocatedError(path, 0, f"not a readable Parquet file: {exc}") from None
 
