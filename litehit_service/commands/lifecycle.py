@@ -13,9 +13,7 @@ JSON object); a progress bar on a terminal; one run line on stderr. Errors as
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,9 +24,6 @@ if TYPE_CHECKING:
     from litehit_service.optimizer.analysis.lifecycle import LifeSummary
     from litehit_service.optimizer.analysis.replay import Analysis
     from litehit_service.optimizer.optimize.config import OptimizeConfig
-
-LIFECYCLE_DIR = "lifecycle"
-"""The folder of the lifecycle files inside the output folder."""
 
 
 def register(subparsers: Any) -> None:
@@ -53,33 +48,15 @@ def write_lifecycle(
     args: argparse.Namespace, config: OptimizeConfig, out_dir: str, command: str
 ) -> tuple[Analysis, list[LifeSummary], str]:
     """Replay ``config``'s trace (options from ``args``) in analysis mode and publish
-    ``lifecycle/`` under ``out_dir``, all or nothing (module docstring): the analysis,
-    each instance's :class:`~..optimizer.analysis.lifecycle.LifeSummary` and the folder.
-    ``litehit optimize --export-lifecycle`` calls it too."""
-    from litehit_service.offline.kernels import load_kernels
-    from litehit_service.offline.outputs import atomic_outputs, new_dirs
-    from litehit_service.optimizer.analysis.lifecycle import LifecycleWriter
-    from litehit_service.optimizer.analysis.lifecycle_plot import lifespan_figure
-    from litehit_service.optimizer.analysis.replay import instance_infos
-    from litehit_service.optimizer.optimize.outputs import PICTURE_DPI
+    ``lifecycle/`` under ``out_dir``, all or nothing
+    (:func:`~litehit_service.optimizer.analysis.lifecycle_files.publish_lifecycle`): the
+    analysis, each instance's :class:`~..optimizer.analysis.lifecycle.LifeSummary` and the
+    folder. ``litehit optimize --export-lifecycle`` calls it too."""
+    from litehit_service.optimizer.analysis.lifecycle_files import publish_lifecycle
 
-    load_kernels("text")
-    infos = instance_infos(config)
-    folder = os.path.join(out_dir, LIFECYCLE_DIR)
-    csvs = [os.path.join(folder, f"{i.instance_id}_block_lifecycle.csv") for i in infos]
-    pngs = [os.path.join(folder, f"{i.instance_id}_lifespan.png") for i in infos]
-    with new_dirs([folder]), atomic_outputs([*csvs, *pngs]) as tmps:
-        with contextlib.ExitStack() as files:
-            writer = LifecycleWriter(
-                infos,
-                [files.enter_context(open(t, "w", encoding="utf-8", newline=""))
-                 for t in tmps[: len(csvs)]],
-            )  # fmt: skip
-            analysis = analyse(args, command, config, writer.on_batch)
-            every = writer.finish(analysis)
-        for tmp, lives in zip(tmps[len(csvs) :], every, strict=True):
-            lifespan_figure(lives).savefig(tmp, format="png", dpi=PICTURE_DPI)
-    return analysis, every, folder
+    return publish_lifecycle(
+        config, out_dir, lambda on_batch: analyse(args, command, config, on_batch)
+    )
 
 
 def run(args: argparse.Namespace) -> int:

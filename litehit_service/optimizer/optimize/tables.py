@@ -4,13 +4,14 @@
 :func:`~.rows.format_csv` writes; :class:`ParquetTable` the same columns as
 ``{instance_id}_hit_rates.parquet`` (int64, the rates float64, unrounded), one row group
 per batch. Both continue the ``Acc*`` sums across batches (:class:`~.rows.Running`).
-``--output-format`` picks one (:data:`TABLES`). Cost: O(reads) per batch, one compiled
-call (CSV) or one pyarrow write (Parquet).
+``--output-format`` picks one (:data:`TABLES`). :func:`arrow_table` is the Parquet file's
+table in memory (the Python API returns it). Cost: O(reads) per batch, one compiled call
+(CSV) or one pyarrow write (Parquet).
 """
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from litehit_service.optimizer.optimize.rows import (
     InstanceRows,
@@ -22,7 +23,36 @@ from litehit_service.optimizer.optimize.rows import (
     row_columns,
 )
 
-__all__ = ["TABLES", "CsvTable", "ParquetTable"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["TABLES", "CsvTable", "ParquetTable", "arrow_schema", "arrow_table"]
+
+
+def arrow_schema(tier_names: tuple[str, ...]) -> pa.Schema:
+    """The per-read table's schema: the CSV's columns by the same names, int64, the rates
+    float64. O(columns)."""
+    import pyarrow as pa
+
+    _, decimals = row_columns(no_rows(1, len(tier_names)), tier_names, Running())
+    return pa.schema([
+        (name, pa.float64() if d else pa.int64())
+        for name, d in zip(column_names(tier_names), decimals, strict=True)
+    ])  # fmt: skip
+
+
+def arrow_table(
+    rows: InstanceRows,
+    tier_names: tuple[str, ...],
+    running: Running | None = None,
+    schema: pa.Schema | None = None,
+) -> pa.Table:
+    """``rows`` as a pyarrow Table of :func:`arrow_schema` (the ``Acc*`` columns continue
+    ``running``, which is advanced; default: from zero). O(reads)."""
+    import pyarrow as pa
+
+    columns, _ = row_columns(rows, tier_names, Running() if running is None else running)
+    return pa.table(columns, schema=schema or arrow_schema(tier_names))
 
 
 class CsvTable:
@@ -46,22 +76,14 @@ class ParquetTable:
     int64, the rates float64 (not rounded), one row group per batch."""
 
     def __init__(self, path: str, tier_names: tuple[str, ...]) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.tier_names = tier_names
-        _, decimals = row_columns(no_rows(1, len(tier_names)), tier_names, Running())
-        self.schema = pa.schema([
-            (name, pa.float64() if d else pa.int64())
-            for name, d in zip(column_names(tier_names), decimals, strict=True)
-        ])  # fmt: skip
+        self.schema = arrow_schema(tier_names)
         self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
 
     def write(self, rows: InstanceRows, running: Running) -> None:
-        import pyarrow as pa
-
-        columns, _ = row_columns(rows, self.tier_names, running)
-        self.writer.write_table(pa.table(columns, schema=self.schema))
+        self.writer.write_table(arrow_table(rows, self.tier_names, running, self.schema))
 
     def close(self) -> None:
         self.writer.close()
