@@ -9,7 +9,8 @@ read as ``--trace-format mooncake``); one instance, eviction mode 3, batch 100, 
 Each command runs ``--repeat`` times (default 5), the two taking turns, as a subprocess
 of this interpreter writing into a fresh folder each time (``export-tree`` with
 ``--show-hot-paths``); wall time from start to exit, best and median, with the load
-average before and after. Target: each <= 2 s on the 2-core machine. Numba's disk cache
+average before and after; and the tree JSON's size with its key lists and with
+``--counts-only``. Target: each <= 2 s on the 2-core machine. Numba's disk cache
 is warmed by one untimed run of each first (as after an install's warm-up).
 """
 
@@ -95,6 +96,10 @@ def main() -> None:
         print(f"trace {args.trace}, {args.blocks} blocks ({args.policy}): hit rate {rate:.2%}")
         for name, argv in commands.items():  # warm numba's disk cache, untimed
             timed([*argv, "-o", str(folder / f"warm-{name}")])
+        timed([*commands["export-tree"], "--counts-only", "-o", str(folder / "counts")])
+        for label, out in (("key lists", "warm-export-tree"), ("--counts-only", "counts")):
+            sizes = [p.stat().st_size for p in (folder / out).rglob("*_radix_tree.json")]
+            print(f"tree JSON with {label}: {sum(sizes) / 1e6:.1f} MB")
         load_before = os.getloadavg()
         times: dict[str, list[float]] = {name: [] for name in commands}
         for i in range(args.repeat):

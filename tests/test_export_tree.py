@@ -73,8 +73,13 @@ def export(tmp: Path, config: Path, *args: str) -> dict[str, dict]:
     done = run_cli("export-tree", str(config), *args, cwd=tmp)
     assert done.returncode == 0, done.stderr
     folder = tmp / "out" / "radix_tree"
-    return {p.name[: -len("_radix_tree.json")]: json.loads(p.read_text())
-            for p in folder.glob("*_radix_tree.json")}  # fmt: skip
+    trees = {}
+    for p in folder.glob("*_radix_tree.json"):
+        name = p.name[: -len("_radix_tree.json")]
+        data = json.loads(p.read_text())
+        assert list(data) == [name], "the reference's shape: {instance_id: tree}"
+        trees[name] = data[name]
+    return trees
 
 
 def test_gets_per_node_on_a_hand_built_trace(tmp_path):
@@ -93,7 +98,12 @@ def test_gets_per_node_on_a_hand_built_trace(tmp_path):
         rec(90, [8, 1], "get"),  # a path never written: no hit
     ]
     (tree,) = export(tmp_path, write_config(tmp_path, records)).values()
-    columns = ("node_id", "parent_id", "total_blocks", "cached_blocks", "access_count",
+    # the reference's plotting script reads these fields, in this order, then ours
+    assert list(tree["nodes"][0]) == [
+        "node_id", "access_count", "last_access_time", "total_blocks", "cached_blocks",
+        "is_leaf", "parent_id", "total_block_count", "cached_copies", "first_key", "last_key",
+    ]  # fmt: skip
+    columns = ("node_id", "parent_id", "total_block_count", "cached_copies", "access_count",
                "last_access_time", "is_leaf", "first_key", "last_key")  # fmt: skip
     assert [tuple(n[c] for c in columns) for n in tree["nodes"]] == [
         (0, None, 2, 2, 4, 80, False, 1, 2),
@@ -103,10 +113,14 @@ def test_gets_per_node_on_a_hand_built_trace(tmp_path):
     ]
     assert tree["edges"] == [[0, 1], [0, 2]]
     assert (tree["instance_id"], tree["eviction_policy_type"], tree["tiers"]) == ("a", "lru", [])
-    assert (tree["node_count"], tree["block_count"], tree["cached_blocks"]) == (4, 6, 6)
+    assert (tree["node_count"], tree["block_count"], tree["cached_copies"]) == (4, 6, 6)
     assert tree["end_time_ns"] == 90
-    (keyed,) = export(tmp_path, write_config(tmp_path, records), "--keys").values()
-    assert [n["keys"] for n in keyed["nodes"]] == [[1, 2], [3], [4, 5], [7]]
+    assert [n["total_blocks"] for n in tree["nodes"]] == [[1, 2], [3], [4, 5], [7]]
+    assert [n["cached_blocks"] for n in tree["nodes"]] == [[1, 2], [3], [4, 5], [7]]
+    (counted,) = export(tmp_path, write_config(tmp_path, records), "--counts-only").values()
+    assert [(n["total_blocks"], n["cached_blocks"]) for n in counted["nodes"]] == [
+        (2, 2), (1, 1), (2, 2), (1, 1)
+    ]  # fmt: skip
 
 
 def test_cached_blocks_at_the_end_and_evicted_paths_stay(tmp_path):
@@ -123,13 +137,13 @@ def test_cached_blocks_at_the_end_and_evicted_paths_stay(tmp_path):
     config = write_config(tmp_path, records, blocks=3)
     (tree,) = export(tmp_path, config).values()
     assert [(n["total_blocks"], n["cached_blocks"], n["access_count"]) for n in tree["nodes"]] == [
-        (3, 1, 0),
-        (2, 2, 1),
+        ([1, 2, 3], [3], 0),  # the evicted blocks stay in the tree, not in cached_blocks
+        ([7, 8], [7, 8], 1),
     ]
     done = run_cli("optimize", str(config), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader((tmp_path / "out" / "a_hit_rates.csv").open()))
-    assert int(rows[-1]["CachedBlocks"]) == tree["cached_blocks"] == 3
+    assert int(rows[-1]["CachedBlocks"]) == tree["cached_copies"] == 3
     assert json.loads(done.stdout)["instances"][0]["cached_blocks"] == 3
 
 
@@ -161,7 +175,8 @@ def test_counts_on_mooncake_at_a_quota_equal_the_distinct_paths(tmp_path):
         "a path written twice has two node slots: the analysis replay lost a kept node "
         "(see the policy replay's rebuild_table under KEEP)"
     )
-    assert tree["cached_blocks"] == 10000
+    assert tree["cached_copies"] == 10000
+    assert sum(len(n["cached_blocks"]) for n in tree["nodes"]) == 10000
     assert tree["nodes"][0]["access_count"] == 12030  # every read but the first hits [0]
 
 
@@ -185,8 +200,11 @@ def test_seeded_two_instances_with_evictions(tmp_path):
         assert (trees[inst]["block_count"], trees[inst]["node_count"]) == _distinct_paths(
             reads[inst]
         )
-        assert trees[inst]["cached_blocks"] == cached[inst]
-        assert sum(n["total_blocks"] for n in trees[inst]["nodes"]) == trees[inst]["block_count"]
+        assert trees[inst]["cached_copies"] == cached[inst]
+        nodes = trees[inst]["nodes"]
+        assert sum(len(n["total_blocks"]) for n in nodes) == trees[inst]["block_count"]
+        paths = {tuple(keys[: i + 1]) for keys in reads[inst] for i in range(len(keys))}
+        assert sorted(k for n in nodes for k in n["total_blocks"]) == sorted(p[-1] for p in paths)
         parents = {n["node_id"]: n["parent_id"] for n in trees[inst]["nodes"]}
         assert all(p is None or p < c for c, p in parents.items())
 
@@ -207,11 +225,10 @@ def test_tiered_block_counts_once_per_tier(tmp_path):
     config = write_config(tmp_path, records, group_extra=TIERS)
     done = run_cli("export-tree", str(config), cwd=tmp_path)
     assert done.returncode == 0, f"tier configurations not accepted yet? {done.stderr}"
-    tree = json.loads((tmp_path / "out" / "radix_tree" / "a_radix_tree.json").read_text())
+    tree = json.loads((tmp_path / "out" / "radix_tree" / "a_radix_tree.json").read_text())["a"]
     assert tree["tiers"] == ["hbm", "ssd"]
-    assert [(n["total_blocks"], n["cached_blocks"], n["access_count"]) for n in tree["nodes"]] == [
-        (3, 5, 1)
-    ]
+    assert [(n["total_block_count"], n["cached_copies"], n["access_count"], n["cached_blocks"])
+            for n in tree["nodes"]] == [(3, 5, 1, [1, 2, 3])]  # fmt: skip
     done = run_cli("optimize", str(config), cwd=tmp_path)
     rows = list(csv.DictReader((tmp_path / "out" / "a_hit_rates.csv").open()))
     assert int(rows[-1]["CachedBlocks"]) == 5
@@ -302,4 +319,6 @@ def test_the_reference_flags(tmp_path):
     ]
     folder = tmp_path / "out" / "radix_tree"
     assert sorted(p.name for p in folder.iterdir()) == ["a_radix_tree.json"]
-    assert "keys" not in json.loads((folder / "a_radix_tree.json").read_text())["nodes"][0]
+    assert json.loads((folder / "a_radix_tree.json").read_text())["a"]["nodes"][0][
+        "total_blocks"
+    ] == [11, 12]

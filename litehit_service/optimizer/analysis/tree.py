@@ -5,12 +5,14 @@ a block starts a node when it is a first block or its parent has a number of chi
 other than one; the node ends at the first block whose children are not exactly one.
 Node ids are per instance, in the order the nodes' first blocks were first written, so a
 parent's id is below its children's. Per node: ``total_blocks``; ``cached_blocks`` at the
-end of the replay (after every write, delayed ones too; a block held by two tiers counts
-twice, as ``CachedBlocks`` does); ``access_count``: the gets (``get`` and ``request``
-reads) that hit at least one of its blocks, each get counted once per node, exact with
-block masks; ``last_access_time``: ns of the latest such get (null: never hit);
-``is_leaf``; ``first_key``/``last_key``: the keys of its first and last block (with
-prefix-chained keys the last key names the whole path); with ``keys`` every block key.
+end of the replay (after every write, delayed ones too; ``held_blocks`` counts a block
+held by some tier once, ``cached_blocks`` counts a block held by two tiers twice, as
+``CachedBlocks`` does); ``access_count``: the gets (``get`` and ``request`` reads) that
+hit at least one of its blocks, each get counted once per node, exact with block masks;
+``last_access_time``: ns of the latest such get (null: never hit); ``is_leaf``;
+``first_key``/``last_key``: the keys of its first and last block (with prefix-chained keys
+the last key names the whole path); with ``keys`` every block key. The JSON
+(:func:`tree_json`) is the reference optimizer's shape, our fields added.
 
 Everything is computed with numpy from the replay's final node arrays (pointer jumping
 for roots and chain heads): O(paths x log(depth)), no Python loop per block; the JSON text
@@ -55,21 +57,25 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class InstanceTree:
     """One instance's compressed trie (module docstring), one entry per node in id order:
-    ``parent`` (-1 for a root), ``total_blocks``, ``cached_blocks``, ``access_count``,
+    ``parent`` (-1 for a root), ``total_blocks``, ``cached_blocks`` (tier copies),
+    ``held_blocks`` (blocks some tier holds), ``access_count``,
     ``last_access`` (ns, -1 never), ``first_key``, ``last_key`` (all int64); ``keys``:
     every block key, node after node, head to tail (``key_off[i]:key_off[i + 1]`` is node
-    i's), or None when not asked for."""
+    i's), and ``key_cached`` (bool, per entry of ``keys``: the block is held by some tier
+    at the end), or None when not asked for."""
 
     info: InstanceInfo
     parent: np.ndarray
     total_blocks: np.ndarray
     cached_blocks: np.ndarray
+    held_blocks: np.ndarray
     access_count: np.ndarray
     last_access: np.ndarray
     first_key: np.ndarray
     last_key: np.ndarray
     keys: np.ndarray | None = None
     key_off: np.ndarray | None = None
+    key_cached: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -78,7 +84,7 @@ class InstanceTree:
 
     def without_keys(self) -> InstanceTree:
         """The same tree without its block keys (what the JSON writes unless asked)."""
-        return replace(self, keys=None, key_off=None)
+        return replace(self, keys=None, key_off=None, key_cached=None)
 
     @property
     def children(self) -> np.ndarray:
@@ -205,6 +211,7 @@ def build_trees(
     for tier in range(stride):
         held += (a.flags[base + tier] & CACHED) != 0
     cached = np.bincount(node_of, weights=held, minlength=n_nodes).astype(np.int64)
+    held_any = np.bincount(node_of, weights=held > 0, minlength=n_nodes).astype(np.int64)
     keys = a.key[base]
     tails = np.flatnonzero(below != 1)
     last_key = np.empty(n_nodes, dtype=np.int64)
@@ -217,11 +224,12 @@ def build_trees(
         local = np.full(n_nodes, -1, dtype=np.int64)
         local[mine] = np.arange(len(mine))
         gp = g_parent[mine]
-        block_keys = key_off = None
+        block_keys = key_off = key_cached = None
         if with_keys:
             blocks = np.flatnonzero(owner == info.index)
             order = blocks[np.lexsort((blocks, node_of[blocks]))]
             block_keys = keys[order]
+            key_cached = held[order] > 0
             key_off = np.zeros(len(mine) + 1, dtype=np.int64)
             np.cumsum(total[mine], out=key_off[1:])
         trees.append(
@@ -230,65 +238,88 @@ def build_trees(
                 parent=np.where(gp >= 0, local[np.maximum(gp, 0)], -1),
                 total_blocks=total[mine],
                 cached_blocks=cached[mine],
+                held_blocks=held_any[mine],
                 access_count=access[mine],
                 last_access=last[mine],
                 first_key=keys[heads[mine]],
                 last_key=last_key[mine],
                 keys=block_keys,
                 key_off=key_off,
+                key_cached=key_cached,
             )
         )
     return trees
 
 
 def tree_json(tree: InstanceTree, *, end_ns: int) -> str:
-    """The tree as JSON text: ``instance_id``, ``group_name``, ``eviction_policy_type``,
-    ``tiers`` (names, tier 0 first; empty untiered), ``end_time_ns``, ``node_count``,
-    ``block_count``, ``cached_blocks`` (totals), ``nodes`` (one object per line, id order)
-    and ``edges`` ([parent, child], child order). O(nodes + keys)."""
+    """The tree as JSON text in the reference optimizer's shape (its ``export_tree.py``
+    reads it): ``{instance_id: {"instance_id", "nodes", "edges", ...}}``. Per node, the
+    reference's fields in its order -- ``node_id``, ``access_count``,
+    ``last_access_time`` (null: never hit), ``total_blocks`` and ``cached_blocks`` (the
+    block keys, head to tail; cached: held by some tier at the end), ``is_leaf``,
+    ``parent_id`` (null for a root) -- then ours: ``total_block_count``,
+    ``cached_copies`` (a block held by two tiers counts twice, as ``CachedBlocks``
+    does), ``first_key``, ``last_key``. A tree built without keys writes the counts in
+    ``total_blocks``/``cached_blocks`` instead of the lists (``--counts-only``). Edges:
+    ``[parent, child]``, child order. After the edges, ours: ``group_name``,
+    ``eviction_policy_type``, ``tiers`` (names, tier 0 first; empty untiered),
+    ``end_time_ns``, ``node_count``, ``block_count``, ``cached_copies``. One line per
+    node. O(nodes + keys)."""
     info = tree.info
-    leaf = tree.is_leaf.tolist()
     parent = tree.parent.tolist()
+    totals = tree.total_blocks.tolist()
+    copies = tree.cached_blocks.tolist()
+    if tree.keys is not None and tree.key_off is not None and tree.key_cached is not None:
+        text = tree.keys.tolist()
+        off = tree.key_off.tolist()
+        cached = tree.key_cached.tolist()
+        total_lists = [json.dumps(text[off[i] : off[i + 1]]) for i in range(tree.size)]
+        cached_lists = [
+            json.dumps([k for k, c in zip(text[off[i] : off[i + 1]], cached[off[i] : off[i + 1]],
+                                           strict=True) if c])
+            for i in range(tree.size)
+        ]  # fmt: skip
+    else:  # counts only: the number of blocks, and of blocks held by some tier
+        total_lists = [str(t) for t in totals]
+        cached_lists = [str(c) for c in tree.held_blocks.tolist()]
     columns = zip(
         range(tree.size),
-        parent,
-        tree.total_blocks.tolist(),
-        tree.cached_blocks.tolist(),
         tree.access_count.tolist(),
         tree.last_access.tolist(),
-        leaf,
+        total_lists,
+        cached_lists,
+        tree.is_leaf.tolist(),
+        parent,
+        totals,
+        copies,
         tree.first_key.tolist(),
         tree.last_key.tolist(),
         strict=True,
     )
-    key_lists: list[str] | None = None
-    if tree.keys is not None and tree.key_off is not None:
-        text = tree.keys.tolist()
-        off = tree.key_off.tolist()
-        key_lists = [json.dumps(text[off[i] : off[i + 1]]) for i in range(tree.size)]
-    lines = []
-    for node, p, total, cached, access, last, is_leaf, first, final in columns:
-        extra = f', "keys": {key_lists[node]}' if key_lists is not None else ""
-        lines.append(
-            f'{{"node_id": {node}, "parent_id": {"null" if p < 0 else p}, '
-            f'"total_blocks": {total}, "cached_blocks": {cached}, "access_count": {access}, '
-            f'"last_access_time": {"null" if last < 0 else last}, '
-            f'"is_leaf": {"true" if is_leaf else "false"}, "first_key": {first}, '
-            f'"last_key": {final}{extra}}}'
-        )
+    lines = [
+        f'{{"node_id": {node}, "access_count": {access}, '
+        f'"last_access_time": {"null" if last < 0 else last}, "total_blocks": {blocks}, '
+        f'"cached_blocks": {held}, "is_leaf": {"true" if is_leaf else "false"}, '
+        f'"parent_id": {"null" if p < 0 else p}, "total_block_count": {total}, '
+        f'"cached_copies": {copy}, "first_key": {first}, "last_key": {final}}}'
+        for node, access, last, blocks, held, is_leaf, p, total, copy, first, final in columns
+    ]
     edges = ", ".join(f"[{p}, {c}]" for c, p in enumerate(parent) if p >= 0)
-    head = {
-        "instance_id": info.instance_id,
+    tail = {
         "group_name": info.group_name,
         "eviction_policy_type": info.policy,
         "tiers": list(info.tier_names),
         "end_time_ns": end_ns,
         "node_count": tree.size,
         "block_count": int(tree.total_blocks.sum()),
-        "cached_blocks": int(tree.cached_blocks.sum()),
+        "cached_copies": int(tree.cached_blocks.sum()),
     }
+    name = json.dumps(info.instance_id)
     body = ",\n".join(lines)
-    return json.dumps(head)[:-1] + f',\n"nodes": [\n{body}\n],\n"edges": [{edges}]}}\n'
+    return (
+        f'{{{name}: {{"instance_id": {name},\n"nodes": [\n{body}\n],\n"edges": [{edges}], '
+        f"{json.dumps(tail)[1:]}}}\n"
+    )
 
 
 def path_sums(parent: np.ndarray, weight: np.ndarray) -> np.ndarray:
