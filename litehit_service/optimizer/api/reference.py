@@ -36,8 +36,6 @@ import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from litehit_core import DEFAULT_MAX_LINE_BYTES, InvalidRequestError
 from litehit_service.optimizer.api.functions import (
     DEFAULT_REORDER_WINDOW_MS,
@@ -177,25 +175,16 @@ class RadixTreeExport:
 def radix_tree_exports(analysis: Analysis, hits: PathHits) -> dict[str, RadixTreeExport]:
     """Every configured instance's tree (configuration order; an instance that wrote
     nothing has no node) from an analysis replay and the hits gathered during it, built by
-    :func:`~.analysis.tree.build_trees` with every block key. A block's key and whether it
-    is cached come from its path: the trees are built over path numbers, then each path is
-    looked up in the replay's final arrays. O(paths x log(depth)) numpy, plus one Python
-    object per node and an int per block."""
-    from litehit_core.policy_replay.state import CACHED
+    :func:`~..analysis.tree.build_trees` with every block key and whether some tier holds
+    it at the end (``key_cached``). O(paths x log(depth)) numpy, plus one Python object
+    per node and an int per block."""
     from litehit_service.optimizer.analysis.tree import build_trees
 
-    a = analysis.result.arrays
-    stride = analysis.stride
-    paths = np.arange(len(a.key), dtype=np.int64) // stride  # at a base slot: its path
-    shadow = replace(analysis, result=analysis.result._replace(arrays=a._replace(key=paths)))
     out = {}
-    for tree in build_trees(shadow, hits, with_keys=True):
-        assert tree.keys is not None and tree.key_off is not None
-        base = tree.keys * stride
-        keys = a.key[base].tolist()
-        held = np.zeros(len(base), dtype=bool)
-        for tier in range(stride):
-            held |= (a.flags[base + tier] & CACHED) != 0
+    for tree in build_trees(analysis, hits, with_keys=True):
+        assert tree.keys is not None and tree.key_off is not None and tree.key_cached is not None
+        keys = tree.keys.tolist()
+        held = tree.key_cached.tolist()
         off = tree.key_off.tolist()
         leaf = tree.is_leaf.tolist()
         nodes = []
@@ -204,7 +193,7 @@ def radix_tree_exports(analysis: Analysis, hits: PathHits) -> dict[str, RadixTre
                 strict=True)
         ):  # fmt: skip
             span = keys[off[i] : off[i + 1]]
-            cached = held[off[i] : off[i + 1]].tolist()
+            cached = held[off[i] : off[i + 1]]
             nodes.append(
                 RadixTreeExportNode(
                     node_id=i,
