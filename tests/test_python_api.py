@@ -156,6 +156,25 @@ def test_analyze_results_writes_the_commands_files(example, tmp_path) -> None:
     assert _tree_files(Path(example["folder"])) == before
 
 
+def test_tradeoff_writes_the_commands_files(example, tmp_path) -> None:
+    # Catches: tradeoff(output_dir=...) writing other files or bytes than `litehit
+    # tradeoff -o` (planted: the pictures titled otherwise), or a table other than the
+    # summary CSV it writes beside them.
+    path = example["path"]
+    table = tradeoff(path, output_dir=tmp_path / "api")
+    done = run_cli("tradeoff", "-c", path, "-o", str(tmp_path / "cli"))
+    assert done.returncode == 0, done.stderr
+    files = _tree_files(tmp_path / "api")
+    assert files == _tree_files(tmp_path / "cli")
+    assert "pareto/pareto_curve_total.png" in files
+    csv = files["pareto/pareto_curve_total.csv"].decode().splitlines()
+    assert csv[0].split(",") == table.column_names
+    assert [line.split(",")[:3] for line in csv[1:]] == [
+        [r["policy"], r["kind"], str(r["capacity_bytes"])] for r in table.to_pylist()
+    ]
+    assert table.equals(example["curve"])
+
+
 HAND_TRACE = [
     {"type": "write", "timestamp_ns": 1, "keys": [1, 2, 3]},
     {"type": "write", "timestamp_ns": 2, "keys": [1, 2, 4, 5]},

@@ -151,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.outputs import run_line
     from litehit_service.optimizer.optimize.config import load_optimize_config
+    from litehit_service.optimizer.tradeoff.plot import default_title
     from litehit_service.optimizer.tradeoff.sweep import refuse_tiered
 
     start = time.perf_counter()
@@ -165,9 +166,7 @@ def run(args: argparse.Namespace) -> int:
     say_warnings(config.warnings)
     refuse_tiered(config)
     out_dir = args.output_dir or config.output_result_path
-    title = args.plot_title or (
-        f"Hit rate vs capacity ({args.hit_rate_type}): {os.path.basename(config.trace_file_path)}"
-    )
+    title = args.plot_title or default_title(config.trace_file_path, args.hit_rate_type)
     if args.skip_run:
         rows, result, files = _replot(args, out_dir, title)
     else:
@@ -250,21 +249,7 @@ def _sweep(
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
     from litehit_service.optimizer.optimize.trace import load_trace
-    from litehit_service.optimizer.tradeoff.files import (
-        CURVE_PNG,
-        MULTI_PNG,
-        REFERENCE_CSV,
-        SUMMARY_CSV,
-        point_csv,
-        point_file,
-        reference_rows,
-        reference_text,
-        remove_stale,
-        rows_text,
-        summary_rows,
-        write_files,
-    )
-    from litehit_service.optimizer.tradeoff.plot import curve_figure, multi_figure, plot_curves
+    from litehit_service.optimizer.tradeoff.plot import publish_sweep
     from litehit_service.optimizer.tradeoff.pool import default_workers
     from litehit_service.optimizer.tradeoff.sweep import (
         TradeoffOptions,
@@ -295,19 +280,6 @@ def _sweep(
         result = run_tradeoff(
             config, trace, options, progress=advance, workers_started=_preload_matplotlib
         )
-    rows = summary_rows(result)
-    refs = reference_rows(result)
-    curves, drops = plot_curves(rows, refs)
-    texts: dict[str, str] = {}
-    for c in result.curves:
-        for point in (c.warmup, *c.points, *c.refine):
-            texts[point_file(c.label, point.capacity_bytes)] = point_csv(point)
-    texts[SUMMARY_CSV] = rows_text(rows)
-    texts[REFERENCE_CSV] = reference_text(refs)
-    figures = {CURVE_PNG: curve_figure(curves, title)}
-    if len(curves) > 1:
-        figures[MULTI_PNG] = multi_figure(curves, title)
-    files = write_files(out_dir, texts, figures)
-    remove_stale(out_dir, [c.label for c in result.curves], files)
+    rows, files, drops = publish_sweep(result, out_dir, title)
     _print_drops(drops, args.json)
     return rows, result, files

@@ -380,6 +380,8 @@ def tradeoff(
     num_points: int = 30,
     min_capacity_ratio: float = 1e-4,
     max_workers: int = 1,
+    output_dir: str | os.PathLike[str] | None = None,
+    plot_title: str | None = None,
     trace_format: str | None = None,
     instance: str | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
@@ -394,8 +396,10 @@ def tradeoff(
     ``plotted``: rising, so drawn), the bisection's ``refine`` rows and the ``p95``/``p99``
     marks (``method`` ``bisection``, ``exact``, ``trivial`` or ``unreached``). Capacities in
     bytes (``capacity_gib`` = bytes / 2^30), rates hit tokens / input tokens, unrounded.
-    Writes nothing. ``max_workers`` > 1 replays in forked processes (the same rows). Cost:
-    (1 + points + ~10) replays per policy; a tiered configuration is refused.
+    Writes nothing unless ``output_dir`` is given: then the files of ``litehit tradeoff -o
+    output_dir`` (``pareto/``: the CSVs and the pictures, titled ``plot_title``).
+    ``max_workers`` > 1 replays in forked processes (the same rows). Cost: (1 + points +
+    ~10) replays per policy; a tiered configuration is refused.
     """
     import pyarrow as pa
 
@@ -439,7 +443,14 @@ def tradeoff(
         min_capacity_ratio=min_capacity_ratio,
         workers=max_workers,
     )
-    rows = summary_rows(run_tradeoff(config, trace, options))
+    result = run_tradeoff(config, trace, options)
+    if output_dir is None:
+        rows = summary_rows(result)
+    else:
+        from litehit_service.optimizer.tradeoff.plot import default_title, publish_sweep
+
+        title = plot_title or default_title(config.trace_file_path)
+        rows, _, _ = publish_sweep(result, os.fspath(output_dir), title)
     theoretical = {r.policy: r.hit_tokens or 0 for r in rows if r.kind == "theoretical"}
 
     def ratio(num: int | None, den: int) -> float | None:
