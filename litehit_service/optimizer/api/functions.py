@@ -11,9 +11,9 @@ installed, ``polars.from_arrow`` likewise)::
     result["conv"]                             # the per-read table of instance "conv"
     curve = tradeoff("policy.json", num_points=10)
 
-The replay, the tables and the files are the commands' own (:mod:`.optimize.run`,
-:func:`~.optimize.tables.arrow_table`, :func:`~.optimize.outputs.write_outputs`,
-:func:`~.tradeoff.sweep.run_tradeoff`, :func:`~.tradeoff.files.summary_rows`), so a
+The replay, the tables and the files are the commands' own (:mod:`..optimize.run`,
+:func:`~..optimize.tables.arrow_table`, :func:`~..optimize.outputs.write_outputs`,
+:func:`~..tradeoff.sweep.run_tradeoff`, :func:`~..tradeoff.files.summary_rows`), so a
 number here is the number the command prints and writes. The reference optimizer's
 objects and verbs (``OptimizerConfigLoader``, ``OptimizerManager``, ...) are
 :mod:`.reference`'s, on the same functions.
@@ -73,7 +73,7 @@ commands' ``--reorder-window-ms`` default."""
 
 ConfigLike = Union[str, "os.PathLike[str]", Mapping[str, Any], OptimizeConfig, Any]
 """What :func:`as_config` takes: a path to the JSON configuration, the JSON object as a
-dict, a checked :class:`~.optimize.config.OptimizeConfig`, or an object whose
+dict, a checked :class:`~..optimize.config.OptimizeConfig`, or an object whose
 ``optimize_config`` is one (the reference loader's ``config()``)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -156,7 +156,7 @@ class TraceOptions:
 
     def load(self, config: OptimizeConfig) -> LoadedTrace:
         """``config``'s whole trace, read, checked and sorted
-        (:func:`~.optimize.trace.load_trace`). O(trace); ~17 bytes per key held."""
+        (:func:`~..optimize.trace.load_trace`). O(trace); ~17 bytes per key held."""
         from litehit_service.optimizer.optimize.trace import load_trace
 
         self.check()
@@ -241,7 +241,7 @@ class OptimizeResult:
       rates float64 and unrounded, as ``--output-format parquet`` writes them), one row
       per read in replay order; ``result[instance_id]`` is the same table;
     - ``summary``: one row per instance (:func:`summary_table`);
-    - ``instances``: the replay's :class:`~.optimize.run.InstanceResult` per instance;
+    - ``instances``: the replay's :class:`~..optimize.run.InstanceResult` per instance;
     - ``replay_seconds``, ``memory_bytes`` (the replay's arrays at the end);
     - ``files``: the paths written (empty without ``output_dir``).
     """
@@ -321,7 +321,7 @@ def optimize(
 
 def write_run(run: ReplayRun, out_dir: str, **flags: Any) -> list[str]:
     """``litehit optimize``'s per-read tables (and pictures when ``flags`` ask) of ``run``
-    into ``out_dir``, all or nothing (:func:`~.optimize.outputs.write_outputs`); the paths.
+    into ``out_dir``, all or nothing (:func:`~..optimize.outputs.write_outputs`); the paths.
     O(reads)."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.optimizer.optimize.outputs import write_outputs
@@ -338,7 +338,7 @@ def write_lifecycle_files(
     on_batch: OnBatch | None = None,
 ) -> tuple[Analysis, list[str]]:
     """``lifecycle/`` under ``out_dir`` as ``litehit optimize --export-lifecycle`` writes
-    it (:func:`~.analysis.lifecycle_files.publish_lifecycle`), from one analysis replay
+    it (:func:`~..analysis.lifecycle_files.publish_lifecycle`), from one analysis replay
     (``on_batch`` also hears its batches): that replay and the paths written.
     O(keys + lives)."""
     from litehit_service.optimizer.analysis.lifecycle_files import publish_lifecycle

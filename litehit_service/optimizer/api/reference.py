@@ -75,7 +75,7 @@ class OptimizerConfig:
     """A loaded, checked configuration (what ``OptimizerConfigLoader().config()``
     returns): the reference's accessors ``trace_file_path()``, ``output_result_path()`` and
     their setters, plus ``optimize_config``, LiteHit's checked
-    :class:`~.optimize.config.OptimizeConfig` (groups, instances, quotas, warnings)."""
+    :class:`~..optimize.config.OptimizeConfig` (groups, instances, quotas, warnings)."""
 
     def __init__(self, checked: OptimizeConfig) -> None:
         self._checked = checked
