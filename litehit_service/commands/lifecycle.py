@@ -50,14 +50,31 @@ def register(subparsers: Any) -> None:
 
 
 def write_lifecycle(
-    args: argparse.Namespace, config: OptimizeConfig, out_dir: str, command: str
+    args: argparse.Namespace,
+    config: OptimizeConfig,
+    out_dir: str,
+    command: str,
+    *,
+    reference: bool = False,
+    lives: bool = True,
+    copies: bool = False,
 ) -> tuple[Analysis, list[LifeSummary], str]:
     """Replay ``config``'s trace (options from ``args``) in analysis mode and publish
-    ``lifecycle/`` under ``out_dir``, all or nothing (module docstring): the analysis,
-    each instance's :class:`~..optimizer.analysis.lifecycle.LifeSummary` and the folder.
-    ``litehit optimize --export-lifecycle`` calls it too."""
+    its files, all or nothing (module docstring): the analysis, each instance's
+    :class:`~..optimizer.analysis.lifecycle.LifeSummary` and the folder written.
+    ``litehit optimize`` calls it too, with ``reference`` (``--export-lifecycle``: the
+    reference's ``{instance_id}_lifecycle.csv`` and values, beside the hit-rate CSVs in
+    ``out_dir``, no pictures), ``lives`` False (no lifecycle files) and ``copies`` (the
+    fleet's ``global_duplicate_blocks.csv``/``.png`` in ``out_dir``,
+    :mod:`~..optimizer.analysis.copies`)."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import atomic_outputs, new_dirs
+    from litehit_service.optimizer.analysis.copies import (
+        COPIES_CSV,
+        COPIES_PNG,
+        CopyCounter,
+        copies_figure,
+    )
     from litehit_service.optimizer.analysis.lifecycle import LifecycleWriter
     from litehit_service.optimizer.analysis.lifecycle_plot import lifespan_figure
     from litehit_service.optimizer.analysis.replay import instance_infos
@@ -65,20 +82,31 @@ def write_lifecycle(
 
     load_kernels("text")
     infos = instance_infos(config)
-    folder = os.path.join(out_dir, LIFECYCLE_DIR)
-    csvs = [os.path.join(folder, f"{i.instance_id}_block_lifecycle.csv") for i in infos]
+    folder = out_dir if reference or not lives else os.path.join(out_dir, LIFECYCLE_DIR)
+    name = "{}_lifecycle.csv" if reference else "{}_block_lifecycle.csv"
+    csvs = [os.path.join(folder, name.format(i.instance_id)) for i in infos] if lives else []
     pngs = [os.path.join(folder, f"{i.instance_id}_lifespan.png") for i in infos]
-    with new_dirs([folder]), atomic_outputs([*csvs, *pngs]) as tmps:
+    pngs = pngs if lives and not reference else []
+    extra = [os.path.join(out_dir, COPIES_CSV), os.path.join(out_dir, COPIES_PNG)]
+    extra = extra if copies else []
+    with new_dirs([folder]), atomic_outputs([*csvs, *pngs, *extra]) as tmps:
+        counter = CopyCounter() if copies else None
         with contextlib.ExitStack() as files:
+            handles = [files.enter_context(open(t, "w", encoding="utf-8", newline=""))
+                       for t in tmps[: len(csvs)]]  # fmt: skip
             writer = LifecycleWriter(
-                infos,
-                [files.enter_context(open(t, "w", encoding="utf-8", newline=""))
-                 for t in tmps[: len(csvs)]],
-            )  # fmt: skip
+                infos, handles or [None] * len(infos), reference=reference, copies=counter
+            )
             analysis = analyse(args, command, config, writer.on_batch)
             every = writer.finish(analysis)
-        for tmp, lives in zip(tmps[len(csvs) :], every, strict=True):
-            lifespan_figure(lives).savefig(tmp, format="png", dpi=PICTURE_DPI)
+        for tmp, summary in zip(tmps[len(csvs) : len(csvs) + len(pngs)], every, strict=False):
+            lifespan_figure(summary).savefig(tmp, format="png", dpi=PICTURE_DPI)
+        if counter is not None:
+            table = counter.table()
+            csv_tmp, png_tmp = tmps[len(csvs) + len(pngs) :]
+            with open(csv_tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(table.csv_text())
+            copies_figure(table).savefig(png_tmp, format="png", dpi=PICTURE_DPI)
     return analysis, every, folder
 
 
