@@ -8,6 +8,8 @@ how it was found), and LiteHit's
 exact tail-first and head-first LRU curves as thin grey reference lines (of the first
 policy: the references do not depend on the policy unless the groups' shares do).
 ``pareto/multi_policy_total.png`` (several policies): the same, one panel per policy.
+``pareto_curve_local.png`` / ``_remote.png`` (and their ``multi_policy_``): the same for
+the local or remote hit rate, without marks or references (those are total rates).
 matplotlib is imported only here, when drawing. Cost: O(points + reference capacities).
 """
 
@@ -118,9 +120,16 @@ def _draw(ax: Any, c: PlotCurve, color: str, references: bool, row: int = 0) -> 
             )
 
 
-def _finish(ax: Any, title: str) -> None:
+_Y_LABELS = {
+    "total": "total hit rate (%)",
+    "local": "local hit rate (%): hits on blocks the mask marks local / input tokens",
+    "remote": "remote hit rate (%): hits on the other blocks / input tokens",
+}
+
+
+def _finish(ax: Any, title: str, kind: str) -> None:
     ax.set_xlabel("capacity (GiB)")
-    ax.set_ylabel("total hit rate (%)")
+    ax.set_ylabel(_Y_LABELS[kind], fontsize="small" if kind != "total" else None)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -128,8 +137,9 @@ def _finish(ax: Any, title: str) -> None:
     ax.legend(loc="lower right", fontsize="x-small")
 
 
-def curve_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
-    """``pareto_curve_total.png``: every policy on one axes (module docstring)."""
+def curve_figure(curves: Sequence[PlotCurve], title: str, kind: str = "total") -> Figure:
+    """``pareto_curve_{kind}.png``: every policy on one axes (module docstring); ``kind``
+    names the hit rate on the y axis."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
@@ -137,12 +147,12 @@ def curve_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
     colors = [f"C{i % 10}" for i in range(len(curves))]
     for i, c in enumerate(curves):
         _draw(ax, c, colors[i], references=i == 0, row=i)
-    _finish(ax, title)
+    _finish(ax, title, kind)
     return fig
 
 
-def multi_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
-    """``multi_policy_total.png``: one panel per policy (module docstring)."""
+def multi_figure(curves: Sequence[PlotCurve], title: str, kind: str = "total") -> Figure:
+    """``multi_policy_{kind}.png``: one panel per policy (module docstring)."""
     from matplotlib.figure import Figure
 
     cols = min(2, len(curves))
@@ -152,7 +162,7 @@ def multi_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
     for i, c in enumerate(curves):
         ax = axes[i // cols][i % cols]
         _draw(ax, c, f"C{i % 10}", references=True)
-        _finish(ax, c.policy)
+        _finish(ax, c.policy, kind)
     for j in range(len(curves), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.suptitle(title)
