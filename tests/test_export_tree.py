@@ -140,6 +140,7 @@ def test_cached_blocks_at_the_end_and_evicted_paths_stay(tmp_path):
         ([1, 2, 3], [3], 0),  # the evicted blocks stay in the tree, not in cached_blocks
         ([7, 8], [7, 8], 1),
     ]
+    assert tree["nodes"][0]["last_access_time"] is None  # never hit: null, not a time
     done = run_cli("optimize", str(config), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader((tmp_path / "out" / "a_hit_rates.csv").open()))

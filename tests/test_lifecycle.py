@@ -148,17 +148,29 @@ def test_bad_configuration_and_record(tmp_path):
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
 
 
-def test_optimize_export_lifecycle_writes_the_same_files(tmp_path):
-    """The reference's optimizer_run.py --export-lifecycle: the lifecycle files beside the
-    hit-rate CSVs, the same bytes as litehit lifecycle's, and their statistics in --json."""
+def test_optimize_export_lifecycle_writes_the_references_file(tmp_path):
+    """The reference's optimizer_run.py --export-lifecycle: {instance_id}_lifecycle.csv
+    beside the hit-rate CSVs, litehit lifecycle's rows with the reference's values where
+    ours are empty (an alive life dies at the end, 2600 us; a life never hit was last
+    accessed at its birth), and their statistics in --json. Catches the file under our
+    name or folder, and the empty fields left in."""
     config = write_config(tmp_path, TTL_CASE, policy="ttl", blocks=3,
                           group_extra={"default_block_ttl_seconds": 0.001})  # fmt: skip
     done = run_cli("optimize", str(config), "--export-lifecycle", "--json", "-o",
                    str(tmp_path / "both"), cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "both" / "a_hit_rates.csv").exists()
-    rows, _ = lifecycle(tmp_path, config)
-    got = (tmp_path / "both" / "lifecycle" / "a_block_lifecycle.csv").read_text().splitlines()
-    assert got == rows
+    assert sorted(p.name for p in (tmp_path / "both").iterdir()) == [
+        "a_hit_rates.csv", "a_lifecycle.csv"
+    ]  # fmt: skip
+    assert (tmp_path / "both" / "a_lifecycle.csv").read_text().splitlines() == [
+        HEADER,
+        "1,1000,1600,600,1,1500,false",
+        "2,1000,1600,600,1,1500,false",
+        "3,1500,2600,1100,0,1500,false",
+        "7,1600,2600,1000,1,2500,false",
+        "8,1600,2600,1000,1,2500,true",
+        "1,2600,2600,0,0,2600,true",
+        "2,2600,2600,0,0,2600,true",
+    ]
     (stats,) = json.loads(done.stdout)["lifecycle"]
     assert (stats["lives"], stats["revivals"], stats["expired"]) == (7, 2, 1)

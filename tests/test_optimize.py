@@ -197,6 +197,7 @@ def test_chart_and_text_summary(tmp_path):
     assert sorted(p.name for p in (tmp_path / "elsewhere").glob("*.csv")) == [
         "a_hit_rates.csv",
         "b_hit_rates.csv",
+        "global_duplicate_blocks.csv",  # two instances: the reference's duplicate table
     ]
     head, a, b = done.stdout.splitlines()[:3]
     assert head.split()[:4] == ["instance", "policy", "reads", "hit"]

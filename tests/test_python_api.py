@@ -145,7 +145,7 @@ def test_analyze_results_writes_the_commands_files(example, tmp_path) -> None:
     files = _tree_files(tmp_path / "api")
     assert files == _tree_files(tmp_path / "cli2")
     assert sorted(files) == sorted(str(Path(p).relative_to(tmp_path / "api")) for p in written)
-    assert "lifecycle/chat_block_lifecycle.csv" in files
+    assert "chat_lifecycle.csv" in files  # the reference's name, beside the hit rates
 
     # optimize(output_dir=...) writes the same; without it nothing at all
     before = _tree_files(Path(example["folder"]))
@@ -156,23 +156,24 @@ def test_analyze_results_writes_the_commands_files(example, tmp_path) -> None:
     assert _tree_files(Path(example["folder"])) == before
 
 
-def test_tradeoff_writes_the_commands_files(example, tmp_path) -> None:
-    # Catches: tradeoff(output_dir=...) writing other files or bytes than `litehit
-    # tradeoff -o` (planted: the pictures titled otherwise), or a table other than the
-    # summary CSV it writes beside them.
+def test_tradeoff_is_the_commands_summary(example, tmp_path) -> None:
+    # Catches: a table other than the summary CSV `litehit tradeoff` writes (planted: the
+    # local rows returned for the total curve), rows or columns in another order.
     path = example["path"]
-    table = tradeoff(path, output_dir=tmp_path / "api")
-    done = run_cli("tradeoff", "-c", path, "-o", str(tmp_path / "cli"))
+    done = run_cli("tradeoff", "-c", path, "-o", str(tmp_path / "cli"), "--hit-rate-type", "all")
     assert done.returncode == 0, done.stderr
-    files = _tree_files(tmp_path / "api")
-    assert files == _tree_files(tmp_path / "cli")
-    assert "pareto/pareto_curve_total.png" in files
-    csv = files["pareto/pareto_curve_total.csv"].decode().splitlines()
-    assert csv[0].split(",") == table.column_names
-    assert [line.split(",")[:3] for line in csv[1:]] == [
-        [r["policy"], r["kind"], str(r["capacity_bytes"])] for r in table.to_pylist()
-    ]
-    assert table.equals(example["curve"])
+    table = example["curve"]
+    for kind, rows in (("total", table), ("local", tradeoff(path, hit_rate_type="local"))):
+        csv = (tmp_path / "cli" / "pareto" / f"pareto_curve_{kind}.csv").read_text()
+        lines = csv.splitlines()
+        assert lines[0].split(",") == rows.column_names
+        assert [line.split(",")[:3] + [line.split(",")[4]] for line in lines[1:]] == [
+            [r["policy"], r["kind"], str(r["capacity_bytes"]), str(r["hit_tokens"])]
+            for r in rows.to_pylist()
+        ]
+    assert not (Path(example["folder"]) / "pareto").exists()  # tradeoff() wrote nothing
+    with pytest.raises(InvalidRequestError, match="hit_rate_type"):
+        tradeoff(path, hit_rate_type="all")
 
 
 HAND_TRACE = [

@@ -42,10 +42,12 @@ SUPPORTED = [
         },
     ),  # fmt: skip
     ("convert -i a.csv -o out.jsonl -f qwen_bailian", {"source_format": "qwen-bailian"}),
+    # tradeoff.py --hit-rate-type
+    ("tradeoff -c cfg.json --hit-rate-type remote", {"hit_rate_type": "remote"}),
+    ("tradeoff -c cfg.json --hit-rate-type all", {"hit_rate_type": "all"}),
 ]
 
 NOT_YET = [
-    "tradeoff -c cfg.json --hit-rate-type remote",
     "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer",
 ]
 

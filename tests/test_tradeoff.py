@@ -383,7 +383,7 @@ def test_tiered_configuration_refused_end_to_end(tmp_path, capsys):
         (["--num-points", "0"], "'0'"),
         (["--min-capacity-ratio", "1.5"], "'1.5'"),
         (["--min-capacity-ratio", "nan"], "'nan'"),
-        (["--hit-rate-type", "local"], "'local'"),
+        (["--hit-rate-type", "both"], "'both'"),
         (["--eviction-policies", "fifo"], "'fifo'"),
         (["--max-workers", "-1"], "'-1'"),
         (["--executor", "threads"], "'threads'"),

@@ -45,17 +45,34 @@ def register(subparsers: Any) -> None:
 
 
 def write_lifecycle(
-    args: argparse.Namespace, config: OptimizeConfig, out_dir: str, command: str
+    args: argparse.Namespace,
+    config: OptimizeConfig,
+    out_dir: str,
+    command: str,
+    *,
+    reference: bool = False,
+    lives: bool = True,
+    copies: bool = False,
 ) -> tuple[Analysis, list[LifeSummary], str]:
     """Replay ``config``'s trace (options from ``args``) in analysis mode and publish
-    ``lifecycle/`` under ``out_dir``, all or nothing
+    its files, all or nothing
     (:func:`~litehit_service.optimizer.analysis.lifecycle_files.publish_lifecycle`): the
     analysis, each instance's :class:`~..optimizer.analysis.lifecycle.LifeSummary` and the
-    folder. ``litehit optimize --export-lifecycle`` calls it too."""
-    from litehit_service.optimizer.analysis.lifecycle_files import publish_lifecycle
+    folder written. ``litehit optimize`` calls it too, with ``reference``
+    (``--export-lifecycle``: the reference's ``{instance_id}_lifecycle.csv`` and values,
+    beside the hit-rate CSVs in ``out_dir``, no pictures), ``lives`` False (no lifecycle
+    files) and ``copies`` (the fleet's ``global_duplicate_blocks.csv``/``.png`` in
+    ``out_dir``, :mod:`~..optimizer.analysis.copies`)."""
+    from litehit_service.optimizer.analysis.lifecycle_files import (
+        AnalysisFiles,
+        publish_lifecycle,
+    )
 
     return publish_lifecycle(
-        config, out_dir, lambda on_batch: analyse(args, command, config, on_batch)
+        config,
+        out_dir,
+        lambda on_batch: analyse(args, command, config, on_batch),
+        AnalysisFiles(reference=reference, lives=lives, copies=copies),
     )
 
 

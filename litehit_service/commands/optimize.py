@@ -56,7 +56,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--draw-chart",
         action="store_true",
-        help="also write timeseries/multi_instance_cache_analysis.png",
+        help="also write timeseries/multi_instance_cache_analysis.png, and with several "
+        "instances global_duplicate_blocks.csv/.png (block copies cached by more than one "
+        "instance over time; one more replay, in analysis mode)",
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
@@ -115,9 +117,11 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--export-lifecycle",
         action="store_true",
-        help="also write every block life, as litehit lifecycle does, into lifecycle/ "
-        "beside the hit-rate CSVs (one more replay, in analysis mode; --json adds their "
-        "statistics)",
+        help="also write every block life as the reference does, "
+        "{instance_id}_lifecycle.csv beside the hit-rate CSVs (litehit lifecycle's rows, "
+        "with the end of the replay as an alive life's DeathTimeUs and the birth as a "
+        "never-hit life's LastAccessTimeUs; one more replay, in analysis mode; --json adds "
+        "their statistics)",
     )
     p.set_defaults(func=run)
 
@@ -213,14 +217,19 @@ def run(args: argparse.Namespace) -> int:
                 output_format=args.output_format,
             )
     extra: dict[str, object] = {}
-    if args.export_lifecycle:  # the reference's flag: the lives beside the hit-rate CSVs
+    from litehit_service.optimizer.analysis.lifecycle_files import optimize_analysis
+
+    files = optimize_analysis(config, export_lifecycle=args.export_lifecycle,
+                              draw_chart=args.draw_chart)  # fmt: skip
+    if files is not None:  # one more replay, in analysis mode
         from litehit_service.commands.lifecycle import write_lifecycle
         from litehit_service.optimizer.analysis.lifecycle import lifecycle_stats
 
-        _, every, folder = write_lifecycle(args, config, out_dir, "optimize")
-        extra["lifecycle"] = [lifecycle_stats(lives) for lives in every]
-        print(f"optimize: lifecycle: {sum(len(lives.cause) for lives in every)} lives -> "
-              f"{folder}", file=sys.stderr)  # fmt: skip
+        _, every, folder = write_lifecycle(args, config, out_dir, "optimize", **files._asdict())
+        if args.export_lifecycle:  # the reference's flag: the lives beside the hit-rate CSVs
+            extra["lifecycle"] = [lifecycle_stats(lives) for lives in every]
+            print(f"optimize: lifecycle: {sum(len(lives.cause) for lives in every)} lives -> "
+                  f"{folder}", file=sys.stderr)  # fmt: skip
     if args.compare_exact:
         from litehit_service.optimizer.optimize.exact import exact_rates
 

@@ -35,8 +35,8 @@ from litehit_service.commands.options import (
     positive_int,
 )
 
-HIT_RATE_TYPES = ("total",)
-"""What ``--hit-rate-type`` accepts: hit tokens / input tokens over every instance."""
+HIT_RATE_CHOICES = ("total", "local", "remote", "all")
+"""What ``--hit-rate-type`` accepts (``all``: the three curves)."""
 
 
 def register(subparsers: Any) -> None:
@@ -80,9 +80,12 @@ def register(subparsers: Any) -> None:
         type=_hit_rate_type,
         default="total",
         metavar="TYPE",
-        help="the hit rate swept: total (hit tokens / input tokens over every instance; "
-        "the only one, and the default: local and remote rates are columns of the per-point "
-        "CSVs)",
+        help="the curves drawn: total (hit tokens / input tokens over every instance; the "
+        "default), local or remote (the hit tokens of blocks the request's block_mask marks "
+        "local, or the others, over the same input tokens), or all three; each writes "
+        "pareto/pareto_curve_{type}.csv/.png (and multi_policy_{type}.png) from the same "
+        "replays; the sweep, its stop and the 95/99%% marks always follow total, whose "
+        "files are always written",
     )
     add_max_workers(
         p,
@@ -139,19 +142,30 @@ def _ratio(text: str) -> float:
 
 
 def _hit_rate_type(text: str) -> str:
-    if text not in HIT_RATE_TYPES:
+    if text not in HIT_RATE_CHOICES:
         raise argparse.ArgumentTypeError(
-            f"must be 'total' (hit tokens / input tokens over every instance), got {text!r}; "
-            "local and remote hit rates are columns of pareto/csv_results/*.csv"
+            f"must be one of {', '.join(HIT_RATE_CHOICES)} (total: hit tokens / input tokens "
+            f"over every instance), got {text!r}"
         )
     return text
+
+
+def _types(args: argparse.Namespace) -> list[str]:
+    """The curves to write: total always (the sweep's own), then the asked ones."""
+    asked = ("local", "remote") if args.hit_rate_type == "all" else (args.hit_rate_type,)
+    return list(dict.fromkeys(("total", *asked)))
+
+
+def _title(args: argparse.Namespace, config: Any, kind: str) -> str:
+    if args.plot_title:
+        return args.plot_title if kind == "total" else f"{args.plot_title} ({kind})"
+    return f"Hit rate vs capacity ({kind}): {os.path.basename(config.trace_file_path)}"
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the command (module docstring). Raises on failure (exit code by the CLI)."""
     from litehit_service.offline.outputs import run_line
     from litehit_service.optimizer.optimize.config import load_optimize_config
-    from litehit_service.optimizer.tradeoff.plot import default_title
     from litehit_service.optimizer.tradeoff.sweep import refuse_tiered
 
     start = time.perf_counter()
@@ -166,11 +180,11 @@ def run(args: argparse.Namespace) -> int:
     say_warnings(config.warnings)
     refuse_tiered(config)
     out_dir = args.output_dir or config.output_result_path
-    title = args.plot_title or default_title(config.trace_file_path, args.hit_rate_type)
+    titles = {kind: _title(args, config, kind) for kind in _types(args)}
     if args.skip_run:
-        rows, result, files = _replot(args, out_dir, title)
+        rows, result, files = _replot(args, out_dir, titles)
     else:
-        rows, result, files = _sweep(args, config, out_dir, title)
+        rows, result, files = _sweep(args, config, out_dir, titles)
     extra = {"output_dir": out_dir, "hit_rate_type": args.hit_rate_type, "files": files}
     if args.json:
         from litehit_service.optimizer.tradeoff.report import summary_json
@@ -207,49 +221,81 @@ def _print_drops(drops: list[str], as_json: bool) -> None:
         print(line, file=sys.stderr if as_json else sys.stdout)
 
 
-def _replot(args: argparse.Namespace, out_dir: str, title: str) -> tuple[list, None, list[str]]:
+def _replot(
+    args: argparse.Namespace, out_dir: str, titles: dict[str, str]
+) -> tuple[list, None, list[str]]:
+    """Re-draw the pictures of an earlier run from its summary CSVs: the total rows (what
+    is printed), None and the files written."""
     from litehit_service.optimizer.tradeoff.files import (
-        CURVE_PNG,
-        MULTI_PNG,
         REFERENCE_CSV,
         SUMMARY_CSV,
         read_reference,
         read_summary,
+        summary_csv,
         with_plotted,
         write_files,
     )
-    from litehit_service.optimizer.tradeoff.plot import curve_figure, multi_figure, plot_curves
 
-    rows = with_plotted(read_summary(os.path.join(out_dir, SUMMARY_CSV)))
     ref_path = os.path.join(out_dir, REFERENCE_CSV)
     refs = read_reference(ref_path) if os.path.exists(ref_path) else []
-    if args.eviction_policies:
-        present = list(dict.fromkeys(r.policy for r in rows))
-        missing = [p for p in args.eviction_policies if p not in present]
-        if missing:
-            raise UsageError(
-                f"--eviction-policies {' '.join(missing)}: not in {SUMMARY_CSV} "
-                f"(it holds {', '.join(present) or 'no policy'})"
-            )
-        wanted = set(args.eviction_policies)
-        rows = [r for r in rows if r.policy in wanted]
-    curves, drops = plot_curves(rows, refs)
-    figures = {CURVE_PNG: curve_figure(curves, title)}
-    if len(curves) > 1:
-        figures[MULTI_PNG] = multi_figure(curves, title)
+    every = {}
+    for kind in titles:
+        rows = with_plotted(read_summary(os.path.join(out_dir, summary_csv(kind))))
+        if args.eviction_policies:
+            present = list(dict.fromkeys(r.policy for r in rows))
+            missing = [p for p in args.eviction_policies if p not in present]
+            if missing:
+                raise UsageError(
+                    f"--eviction-policies {' '.join(missing)}: not in {SUMMARY_CSV} "
+                    f"(it holds {', '.join(present) or 'no policy'})"
+                )
+            wanted = set(args.eviction_policies)
+            rows = [r for r in rows if r.policy in wanted]
+        every[kind] = rows
+    figures, drops = _figures(every, refs, titles)
     files = write_files(out_dir, {}, figures)
     _print_drops(drops, args.json)
-    return rows, None, files
+    return every["total"], None, files
+
+
+def _figures(
+    every: dict[str, list], refs: list, titles: dict[str, str]
+) -> tuple[dict[str, Any], list[str]]:
+    """The pictures of each curve type's rows (LiteHit's exact references on the total
+    curve only: they are total hit rates) and the total curve's dropped points."""
+    from litehit_service.optimizer.tradeoff.files import curve_png, multi_png
+    from litehit_service.optimizer.tradeoff.plot import curve_figure, multi_figure, plot_curves
+
+    figures: dict[str, Any] = {}
+    drops: list[str] = []
+    for kind, rows in every.items():
+        curves, dropped = plot_curves(rows, refs if kind == "total" else [])
+        drops += dropped if kind == "total" else []
+        figures[curve_png(kind)] = curve_figure(curves, titles[kind], kind)
+        if len(curves) > 1:
+            figures[multi_png(kind)] = multi_figure(curves, titles[kind], kind)
+    return figures, drops
 
 
 def _sweep(
-    args: argparse.Namespace, config: Any, out_dir: str, title: str
+    args: argparse.Namespace, config: Any, out_dir: str, titles: dict[str, str]
 ) -> tuple[list, Any, list[str]]:
     """Replay the sweep and write its files: the rows, the result and the files written."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
     from litehit_service.optimizer.optimize.trace import load_trace
-    from litehit_service.optimizer.tradeoff.plot import publish_sweep
+    from litehit_service.optimizer.tradeoff.files import (
+        REFERENCE_CSV,
+        point_csv,
+        point_file,
+        reference_rows,
+        reference_text,
+        remove_stale,
+        rows_text,
+        summary_csv,
+        summary_rows,
+        write_files,
+    )
     from litehit_service.optimizer.tradeoff.pool import default_workers
     from litehit_service.optimizer.tradeoff.sweep import (
         TradeoffOptions,
@@ -280,6 +326,17 @@ def _sweep(
         result = run_tradeoff(
             config, trace, options, progress=advance, workers_started=_preload_matplotlib
         )
-    rows, files, drops = publish_sweep(result, out_dir, title)
+    every = {kind: summary_rows(result, kind) for kind in titles}
+    refs = reference_rows(result)
+    texts: dict[str, str] = {}
+    for c in result.curves:
+        for point in (c.warmup, *c.points, *c.refine):
+            texts[point_file(c.label, point.capacity_bytes)] = point_csv(point)
+    for kind, rows in every.items():
+        texts[summary_csv(kind)] = rows_text(rows)
+    texts[REFERENCE_CSV] = reference_text(refs)
+    figures, drops = _figures(every, refs, titles)
+    files = write_files(out_dir, texts, figures)
+    remove_stale(out_dir, [c.label for c in result.curves], files)
     _print_drops(drops, args.json)
-    return rows, result, files
+    return every["total"], result, files

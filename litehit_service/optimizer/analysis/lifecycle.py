@@ -47,6 +47,7 @@ from litehit_core.policy_replay.state import (
     ReplayArrays,
 )
 from litehit_service.offline.text_columns import EMPTY, LABEL, OPTIONAL, table_text
+from litehit_service.optimizer.analysis.copies import CopyCounter
 from litehit_service.optimizer.analysis.replay import Analysis, InstanceInfo
 from litehit_service.optimizer.optimize.stream import Fed
 
@@ -130,17 +131,29 @@ class LifecycleWriter:
     :meth:`on_batch` (the replay's ``on_batch``) writes the lives that ended once there
     are :data:`DRAIN_LIVES` of them and as many as alive; :meth:`finish` writes the rest
     and gives each instance's :class:`LifeSummary`. ``files``: one open text file per
-    configured instance (configuration order), the header already written or not: it is
-    written here. Memory O(lives alive + 11 bytes a life)."""
+    configured instance (configuration order; None: no CSV for it), the header is written
+    here; ``reference``: the reference's values for lives alive at the end and never hit
+    (:func:`lifecycle_csv`); ``copies``: also gathers every life into it (the fleet's
+    duplicate blocks, :mod:`.copies`). Memory O(lives alive + 11 bytes a life)."""
 
-    def __init__(self, infos: Sequence[InstanceInfo], files: Sequence[TextIO]) -> None:
+    def __init__(
+        self,
+        infos: Sequence[InstanceInfo],
+        files: Sequence[TextIO | None],
+        *,
+        reference: bool = False,
+        copies: CopyCounter | None = None,
+    ) -> None:
         self.infos = tuple(infos)
         self.files = tuple(files)
+        self.reference = reference
+        self.copies = copies
         self.seen = np.zeros(0, dtype=bool)  # per replica slot: a life of it was written
         self.parts: list[list[tuple[np.ndarray, ...]]] = [[] for _ in infos]
         self.paths = [np.zeros(max(len(i.tier_names), 1), dtype=np.int64) for i in infos]
         for info, fh in zip(self.infos, self.files, strict=True):
-            fh.write(lifecycle_header(info))
+            if fh is not None:
+                fh.write(lifecycle_header(info))
 
     def on_batch(self, replayer: Replayer, fed: Fed) -> None:
         """Write the lives that ended, when enough have. O(lives held) when it writes."""
@@ -189,7 +202,11 @@ class LifecycleWriter:
             if not len(mine):
                 continue
             lives = _lives(info, rows[mine], a, users, end_ns)
-            self.files[info.index].writelines(lifecycle_csv(lives, header=False))
+            fh = self.files[info.index]
+            if fh is not None:
+                fh.writelines(lifecycle_csv(lives, header=False, reference=self.reference))
+            if self.copies is not None:
+                self.copies.add(lives.key, info.index, lives.birth, lives.death)
             self.parts[info.index].append(
                 (lives.lifespan_us, lives.tier.astype(np.int8), lives.cause.astype(np.int8),
                  lives.hits > 0)
@@ -227,24 +244,34 @@ def lifecycle_header(info: InstanceInfo) -> str:
     return HEADER + (",Tier" if info.tier_names else "") + "\n"
 
 
-def lifecycle_csv(lives: InstanceLives, *, header: bool = True) -> Iterator[str]:
+def lifecycle_csv(
+    lives: InstanceLives, *, header: bool = True, reference: bool = False
+) -> Iterator[str]:
     """The CSV text of ``lives`` (module docstring), in pieces of :data:`CSV_CHUNK_LIVES`
-    rows (the header first, unless ``header`` is False). O(lives), one compiled call a
-    piece (:func:`~litehit_service.offline.text_columns.table_text`)."""
+    rows (the header first, unless ``header`` is False). ``reference``: the reference
+    optimizer's values where ours are empty -- a life alive at the end dies at the end of
+    the replay (``DeathTimeUs``), a life never hit was last accessed at its birth
+    (``LastAccessTimeUs``); ``IsAlive`` still tells them apart. O(lives), one compiled
+    call a piece (:func:`~litehit_service.offline.text_columns.table_text`)."""
     tiered = bool(lives.info.tier_names)
     if header:
         yield lifecycle_header(lives.info)
     labels = ["false", "true", *lives.info.tier_names]
     alive = lives.alive
+    end_us = lives.end_ns // 1000
     for lo in range(0, len(lives.birth), CSV_CHUNK_LIVES):
         part = slice(lo, lo + CSV_CHUNK_LIVES)
         columns = [
             lives.key[part],
             lives.birth[part] // 1000,
-            np.where(alive[part], EMPTY, lives.death[part] // 1000),
+            np.where(alive[part], end_us if reference else EMPTY, lives.death[part] // 1000),
             lives.lifespan_us[part],
             lives.hits[part],
-            np.where(lives.last_hit[part] < 0, EMPTY, lives.last_hit[part] // 1000),
+            np.where(
+                lives.last_hit[part] < 0,
+                lives.birth[part] // 1000 if reference else EMPTY,
+                lives.last_hit[part] // 1000,
+            ),
             alive[part].astype(np.int64),
         ]
         decimals = [0, 0, OPTIONAL, 0, 0, OPTIONAL, LABEL]

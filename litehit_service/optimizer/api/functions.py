@@ -48,7 +48,7 @@ from litehit_service.optimizer.optimize.run import OptimizeResult as ReplayRun
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from litehit_service.optimizer.analysis.lifecycle_files import OnBatch
+    from litehit_service.optimizer.analysis.lifecycle_files import AnalysisFiles, OnBatch
     from litehit_service.optimizer.analysis.replay import Analysis
     from litehit_service.optimizer.optimize.trace import LoadedTrace
 
@@ -283,12 +283,15 @@ def optimize(
 
     Nothing is written unless ``output_dir`` is given; then exactly the files of
     ``litehit optimize -c CONFIG -o output_dir`` with the same flags (``draw_chart``,
-    ``fast_chart``, ``output_format`` ``"csv"``/``"parquet"``, ``export_lifecycle``:
-    ``lifecycle/`` too, one more replay in analysis mode), all or nothing. ``max_workers``
+    ``fast_chart``, ``output_format`` ``"csv"``/``"parquet"``, ``export_lifecycle``: the
+    reference's ``{instance_id}_lifecycle.csv`` too; these two and a chart of several
+    instances, its ``global_duplicate_blocks`` files, take one more replay in analysis
+    mode), the tables and the charts all or nothing, then the analysis files. ``max_workers``
     > 1 replays the groups in that many forked processes (the same numbers); the trace
     options are :class:`TraceOptions`'. Cost: the replay, O(keys) plus evictions; memory:
     the decoded trace (~17 bytes a key) and the rows (~100 bytes a read).
     """
+    from litehit_service.optimizer.analysis.lifecycle_files import optimize_analysis
     from litehit_service.optimizer.optimize.tables import arrow_table
 
     config = as_config(config_or_path)
@@ -305,10 +308,12 @@ def optimize(
     run = replay_config(config, options.load(config), max_workers)
     files: list[str] = []
     if output_dir is not None:
-        files += write_run(run, os.fspath(output_dir), draw_chart=draw_chart or fast_chart,
+        chart = draw_chart or fast_chart
+        files += write_run(run, os.fspath(output_dir), draw_chart=chart,
                            fast_chart=fast_chart, output_format=output_format)  # fmt: skip
-        if export_lifecycle:
-            files += write_lifecycle_files(config, os.fspath(output_dir), options)[1]
+        more = optimize_analysis(config, export_lifecycle=export_lifecycle, draw_chart=chart)
+        if more is not None:
+            files += write_analysis_files(config, os.fspath(output_dir), options, more)[1]
     return OptimizeResult(
         tables={r.instance_id: arrow_table(r.rows, r.tier_names) for r in run.instances},  # type: ignore[arg-type]
         summary=summary_table(run.instances),
@@ -331,17 +336,20 @@ def write_run(run: ReplayRun, out_dir: str, **flags: Any) -> list[str]:
     return write_outputs(run, out_dir, **flags)
 
 
-def write_lifecycle_files(
+def write_analysis_files(
     config: OptimizeConfig,
     out_dir: str,
     options: TraceOptions,
+    files: AnalysisFiles,
     on_batch: OnBatch | None = None,
 ) -> tuple[Analysis, list[str]]:
-    """``lifecycle/`` under ``out_dir`` as ``litehit optimize --export-lifecycle`` writes
-    it (:func:`~..analysis.lifecycle_files.publish_lifecycle`), from one analysis replay
-    (``on_batch`` also hears its batches): that replay and the paths written.
-    O(keys + lives)."""
-    from litehit_service.optimizer.analysis.lifecycle_files import publish_lifecycle
+    """The analysis replay's ``files`` under ``out_dir`` as ``litehit optimize`` writes them
+    (:func:`~..analysis.lifecycle_files.publish_lifecycle`; ``on_batch`` also hears the
+    replay's batches): that replay and the paths written. O(keys + lives)."""
+    from litehit_service.optimizer.analysis.lifecycle_files import (
+        lifecycle_paths,
+        publish_lifecycle,
+    )
 
     def analyse(writer_batch: OnBatch) -> Analysis:
         def both(replayer: Any, fed: Any) -> None:
@@ -351,10 +359,9 @@ def write_lifecycle_files(
 
         return analysis_replay(config, options, both)
 
-    analysis, _, folder = publish_lifecycle(config, out_dir, analyse)
-    names = [f"{i.instance_id}_{kind}" for i in analysis.instances
-             for kind in ("block_lifecycle.csv", "lifespan.png")]  # fmt: skip
-    return analysis, [os.path.join(folder, name) for name in names]
+    analysis, _, _ = publish_lifecycle(config, out_dir, analyse, files)
+    _, csvs, pngs, extra = lifecycle_paths(analysis.instances, out_dir, files)
+    return analysis, [*csvs, *pngs, *extra]
 
 
 _TRADEOFF_COLUMNS = (
@@ -380,8 +387,7 @@ def tradeoff(
     num_points: int = 30,
     min_capacity_ratio: float = 1e-4,
     max_workers: int = 1,
-    output_dir: str | os.PathLike[str] | None = None,
-    plot_title: str | None = None,
+    hit_rate_type: str = "total",
     trace_format: str | None = None,
     instance: str | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
@@ -396,8 +402,9 @@ def tradeoff(
     ``plotted``: rising, so drawn), the bisection's ``refine`` rows and the ``p95``/``p99``
     marks (``method`` ``bisection``, ``exact``, ``trivial`` or ``unreached``). Capacities in
     bytes (``capacity_gib`` = bytes / 2^30), rates hit tokens / input tokens, unrounded.
-    Writes nothing unless ``output_dir`` is given: then the files of ``litehit tradeoff -o
-    output_dir`` (``pareto/``: the CSVs and the pictures, titled ``plot_title``).
+    ``hit_rate_type`` ``"local"`` or ``"remote"``: the rows of
+    ``pareto_curve_{type}.csv`` instead, the hit tokens of the blocks the reads' masks mark
+    local (or not) at the same capacities, without the marks. Writes nothing.
     ``max_workers`` > 1 replays in forked processes (the same rows). Cost: (1 + points +
     ~10) replays per policy; a tiered configuration is refused.
     """
@@ -405,7 +412,7 @@ def tradeoff(
 
     from litehit_core.engine import POLICIES
     from litehit_service.offline.kernels import load_kernels
-    from litehit_service.optimizer.tradeoff.files import summary_rows
+    from litehit_service.optimizer.tradeoff.files import HIT_RATE_TYPES, summary_rows
     from litehit_service.optimizer.tradeoff.points import GIB
     from litehit_service.optimizer.tradeoff.sweep import (
         TradeoffOptions,
@@ -431,6 +438,10 @@ def tradeoff(
         )
     if isinstance(max_workers, bool) or not (isinstance(max_workers, int) and max_workers >= 1):
         raise InvalidRequestError(f"max_workers: must be an integer >= 1, got {max_workers!r}")
+    if hit_rate_type not in HIT_RATE_TYPES:
+        raise InvalidRequestError(
+            f"hit_rate_type: must be one of {list(HIT_RATE_TYPES)}, got {hit_rate_type!r}"
+        )
     chosen = tuple(policies) if policies else None
     variants = sweep_configs(config, chosen)
     trace = TraceOptions(trace_format, instance, max_line_bytes).load(
@@ -443,14 +454,7 @@ def tradeoff(
         min_capacity_ratio=min_capacity_ratio,
         workers=max_workers,
     )
-    result = run_tradeoff(config, trace, options)
-    if output_dir is None:
-        rows = summary_rows(result)
-    else:
-        from litehit_service.optimizer.tradeoff.plot import default_title, publish_sweep
-
-        title = plot_title or default_title(config.trace_file_path)
-        rows, _, _ = publish_sweep(result, os.fspath(output_dir), title)
+    rows = summary_rows(run_tradeoff(config, trace, options), hit_rate_type)
     theoretical = {r.policy: r.hit_tokens or 0 for r in rows if r.kind == "theoretical"}
 
     def ratio(num: int | None, den: int) -> float | None:

@@ -18,8 +18,9 @@ notebooks and scripts; the same code runs here with the import changed::
 The verbs must come in that order (:class:`VerbOrderError` names the one to call first).
 ``AnalyzeResults`` writes exactly the files of ``litehit optimize -c CONFIG`` (with
 ``export_lifecycle=True``, or a manager made with ``enable_lifecycle_tracking=True``,
-those of ``--export-lifecycle`` too: ``lifecycle/``). ``ExportRadixTrees`` is ``litehit
-export-tree``'s tree (spec §9) in the reference's objects, every block key listed.
+those of ``--export-lifecycle`` too: ``{instance_id}_lifecycle.csv``).
+``ExportRadixTrees`` is ``litehit export-tree``'s tree (spec §9) in the reference's
+objects, every block key listed.
 
 Where this differs from the reference (docs/optimizer.md, "Python API"): ``node_id`` and
 ``parent_id`` are ints (per instance, in the order nodes were first written; a root's
@@ -45,7 +46,7 @@ from litehit_service.optimizer.api.functions import (
     as_config,
     input_errors,
     replay_config,
-    write_lifecycle_files,
+    write_analysis_files,
     write_run,
 )
 from litehit_service.optimizer.optimize.config import OptimizeConfig, load_optimize_config
@@ -215,7 +216,7 @@ class OptimizerManager:
     ``AnalyzeResults()``, ``ExportRadixTrees()``, in that order (module docstring).
 
     ``config``: the loader's ``config()`` (or anything :func:`~.functions.as_config` takes).
-    ``enable_lifecycle_tracking``: ``AnalyzeResults`` also writes ``lifecycle/``. The
+    ``enable_lifecycle_tracking``: ``AnalyzeResults`` also writes the lifecycle CSVs. The
     keyword-only options are LiteHit's (:class:`~.functions.TraceOptions`, and ``max_workers``
     > 1: the groups replayed in forked processes, the same numbers). The configuration
     is taken as it is when ``Init()`` runs."""
@@ -291,17 +292,22 @@ class OptimizerManager:
     def AnalyzeResults(self, export_lifecycle: bool = False) -> list[str]:  # noqa: N802
         """Write ``{instance_id}_hit_rates.csv`` per instance into the configuration's
         ``output_result_path`` (exactly ``litehit optimize -c CONFIG``'s files), and with
-        ``export_lifecycle`` (or ``enable_lifecycle_tracking``) ``lifecycle/`` too (as
-        ``--export-lifecycle``; one analysis replay, whose tree ``ExportRadixTrees`` then
-        reuses). The paths written."""
+        ``export_lifecycle`` (or ``enable_lifecycle_tracking``) the reference's lifecycle
+        CSVs (as ``--export-lifecycle``; one analysis replay, whose tree
+        ``ExportRadixTrees`` then reuses). The paths written."""
+        from litehit_service.optimizer.analysis.lifecycle_files import optimize_analysis
         from litehit_service.optimizer.analysis.tree import PathHits
 
         config, run = self._ran("AnalyzeResults")
         out_dir = config.output_result_path
         files = write_run(run, out_dir)
-        if export_lifecycle or self.enable_lifecycle_tracking:
+        more = optimize_analysis(
+            config, export_lifecycle=export_lifecycle or self.enable_lifecycle_tracking,
+            draw_chart=False,
+        )  # fmt: skip
+        if more is not None:
             hits = PathHits()
-            analysis, written = write_lifecycle_files(config, out_dir, self.options, hits.add)
+            analysis, written = write_analysis_files(config, out_dir, self.options, more, hits.add)
             files += written
             if self._trees is None:  # the tree's replay is done: keep it for later
                 self._analysed = (analysis, hits)

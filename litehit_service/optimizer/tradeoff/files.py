@@ -14,6 +14,10 @@ Under the output folder, all published together or not at all
   sweep order; ``plotted`` 0 for a dropped descending point), ``refine`` (a bisection
   replay) and ``p95``/``p99`` (the refined capacities; ``bracket_low_bytes`` the
   bracket's bottom) per policy. ``--skip-run`` re-plots from this file alone.
+- with ``--hit-rate-type local|remote|all``, ``pareto/pareto_curve_local.csv`` and/or
+  ``pareto_curve_remote.csv``: the same rows of the same replays with the local or
+  remote hit tokens (:data:`HIT_RATE_TYPES`), without the ``p95``/``p99`` rows (the
+  marks are the total curve's).
 - ``pareto/litehit_exact_total.csv``: LiteHit's exact tail-first and head-first curves
   tabulated per policy (:data:`REFERENCE_HEADER`).
 
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CSV_DIR",
     "CURVE_PNG",
+    "HIT_RATE_TYPES",
     "MULTI_PNG",
     "POINT_HEADER",
     "REFERENCE_CSV",
@@ -52,6 +57,8 @@ __all__ = [
     "SUMMARY_HEADER",
     "ReferenceRow",
     "SummaryRow",
+    "curve_png",
+    "multi_png",
     "point_csv",
     "point_file",
     "read_reference",
@@ -60,17 +67,40 @@ __all__ = [
     "reference_text",
     "remove_stale",
     "rows_text",
+    "summary_csv",
+    "type_hits",
     "summary_rows",
     "with_plotted",
     "write_files",
 ]
 
+HIT_RATE_TYPES = ("total", "local", "remote")
+"""The curves a run can write: hit tokens over input tokens, all of them (``total``: the
+one swept, stopped and marked), or only those of blocks the request's mask marks local
+(``local``) or not (``remote``), from the same replays."""
 HIT_RATE_TYPE = "total"
 PARETO = "pareto"
 CSV_DIR = os.path.join(PARETO, "csv_results")
-CURVE_PNG = os.path.join(PARETO, f"pareto_curve_{HIT_RATE_TYPE}.png")
-MULTI_PNG = os.path.join(PARETO, f"multi_policy_{HIT_RATE_TYPE}.png")
-SUMMARY_CSV = os.path.join(PARETO, f"pareto_curve_{HIT_RATE_TYPE}.csv")
+
+
+def curve_png(kind: str) -> str:
+    """``pareto/pareto_curve_{kind}.png``."""
+    return os.path.join(PARETO, f"pareto_curve_{kind}.png")
+
+
+def multi_png(kind: str) -> str:
+    """``pareto/multi_policy_{kind}.png``."""
+    return os.path.join(PARETO, f"multi_policy_{kind}.png")
+
+
+def summary_csv(kind: str) -> str:
+    """``pareto/pareto_curve_{kind}.csv``."""
+    return os.path.join(PARETO, f"pareto_curve_{kind}.csv")
+
+
+CURVE_PNG = curve_png(HIT_RATE_TYPE)
+MULTI_PNG = multi_png(HIT_RATE_TYPE)
+SUMMARY_CSV = summary_csv(HIT_RATE_TYPE)
 REFERENCE_CSV = os.path.join(PARETO, f"litehit_exact_{HIT_RATE_TYPE}.csv")
 
 POINT_HEADER = (
@@ -165,24 +195,35 @@ def point_csv(point: Point) -> str:
     return out.getvalue()
 
 
-def summary_rows(result: TradeoffResult) -> list[SummaryRow]:
-    """The rows of :data:`SUMMARY_CSV` for a run (module docstring). O(points)."""
+def type_hits(point: Point, kind: str) -> int:
+    """``point``'s hit tokens of type ``kind`` (:data:`HIT_RATE_TYPES`) over every
+    instance. O(instances)."""
+    if kind == "total":
+        return point.hit_tokens
+    if kind == "local":
+        return sum(i.local_hit_tokens for i in point.instances)
+    return sum(i.remote_hit_tokens for i in point.instances)
+
+
+def summary_rows(result: TradeoffResult, kind: str = HIT_RATE_TYPE) -> list[SummaryRow]:
+    """The rows of :func:`summary_csv` ``(kind)`` for a run (module docstring).
+    O(points)."""
     rows = []
     for c in result.curves:
         tokens = c.warmup.input_tokens
         rows.append(
-            SummaryRow(c.label, "theoretical", c.peak_bytes, c.warmup.hit_tokens, tokens, "warmup")
-        )
-        keep = keep_rising([p.hit_tokens for p in c.points])
-        for p, k in zip(c.points, keep, strict=True):
-            rows.append(
-                SummaryRow(c.label, "point", p.capacity_bytes, p.hit_tokens, tokens, p.method, k)
-            )
+            SummaryRow(c.label, "theoretical", c.peak_bytes, type_hits(c.warmup, kind), tokens,
+                       "warmup")
+        )  # fmt: skip
+        hits = [type_hits(p, kind) for p in c.points]
+        for p, h, k in zip(c.points, hits, keep_rising(hits), strict=True):
+            rows.append(SummaryRow(c.label, "point", p.capacity_bytes, h, tokens, p.method, k))
         for p in c.refine:
             rows.append(
-                SummaryRow(c.label, "refine", p.capacity_bytes, p.hit_tokens, tokens, p.method)
-            )
-        for m in c.marks:
+                SummaryRow(c.label, "refine", p.capacity_bytes, type_hits(p, kind), tokens,
+                           p.method)
+            )  # fmt: skip
+        for m in c.marks if kind == HIT_RATE_TYPE else ():
             rows.append(
                 SummaryRow(
                     c.label, f"p{m.percent}", m.capacity_bytes, m.hit_tokens, tokens, m.method,

@@ -8,49 +8,25 @@ how it was found), and LiteHit's
 exact tail-first and head-first LRU curves as thin grey reference lines (of the first
 policy: the references do not depend on the policy unless the groups' shares do).
 ``pareto/multi_policy_total.png`` (several policies): the same, one panel per policy.
-:func:`publish_sweep` writes a run's files (these pictures and every CSV of
-:mod:`.files`), for ``litehit tradeoff`` and the Python API's ``tradeoff(output_dir=...)``.
+``pareto_curve_local.png`` / ``_remote.png`` (and their ``multi_policy_``): the same for
+the local or remote hit rate, without marks or references (those are total rates).
 matplotlib is imported only here, when drawing. Cost: O(points + reference capacities).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from litehit_service.optimizer.tradeoff.exact_curve import TOUCH_ORDERS
-from litehit_service.optimizer.tradeoff.files import (
-    CURVE_PNG,
-    MULTI_PNG,
-    REFERENCE_CSV,
-    SUMMARY_CSV,
-    ReferenceRow,
-    SummaryRow,
-    point_csv,
-    point_file,
-    reference_rows,
-    reference_text,
-    remove_stale,
-    rows_text,
-    summary_rows,
-    write_files,
-)
+from litehit_service.optimizer.tradeoff.files import ReferenceRow, SummaryRow
 from litehit_service.optimizer.tradeoff.points import GIB, keep_rising
-from litehit_service.optimizer.tradeoff.sweep import TradeoffResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = [
-    "PlotCurve",
-    "curve_figure",
-    "default_title",
-    "multi_figure",
-    "plot_curves",
-    "publish_sweep",
-]
+__all__ = ["PlotCurve", "curve_figure", "multi_figure", "plot_curves"]
 
 _REFERENCE_STYLE = {"tail-first": "--", "head-first": ":"}
 
@@ -144,9 +120,16 @@ def _draw(ax: Any, c: PlotCurve, color: str, references: bool, row: int = 0) -> 
             )
 
 
-def _finish(ax: Any, title: str) -> None:
+_Y_LABELS = {
+    "total": "total hit rate (%)",
+    "local": "local hit rate (%): hits on blocks the mask marks local / input tokens",
+    "remote": "remote hit rate (%): hits on the other blocks / input tokens",
+}
+
+
+def _finish(ax: Any, title: str, kind: str) -> None:
     ax.set_xlabel("capacity (GiB)")
-    ax.set_ylabel("total hit rate (%)")
+    ax.set_ylabel(_Y_LABELS[kind], fontsize="small" if kind != "total" else None)
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -154,8 +137,9 @@ def _finish(ax: Any, title: str) -> None:
     ax.legend(loc="lower right", fontsize="x-small")
 
 
-def curve_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
-    """``pareto_curve_total.png``: every policy on one axes (module docstring)."""
+def curve_figure(curves: Sequence[PlotCurve], title: str, kind: str = "total") -> Figure:
+    """``pareto_curve_{kind}.png``: every policy on one axes (module docstring); ``kind``
+    names the hit rate on the y axis."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
@@ -163,12 +147,12 @@ def curve_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
     colors = [f"C{i % 10}" for i in range(len(curves))]
     for i, c in enumerate(curves):
         _draw(ax, c, colors[i], references=i == 0, row=i)
-    _finish(ax, title)
+    _finish(ax, title, kind)
     return fig
 
 
-def multi_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
-    """``multi_policy_total.png``: one panel per policy (module docstring)."""
+def multi_figure(curves: Sequence[PlotCurve], title: str, kind: str = "total") -> Figure:
+    """``multi_policy_{kind}.png``: one panel per policy (module docstring)."""
     from matplotlib.figure import Figure
 
     cols = min(2, len(curves))
@@ -178,38 +162,8 @@ def multi_figure(curves: Sequence[PlotCurve], title: str) -> Figure:
     for i, c in enumerate(curves):
         ax = axes[i // cols][i % cols]
         _draw(ax, c, f"C{i % 10}", references=True)
-        _finish(ax, c.policy)
+        _finish(ax, c.policy, kind)
     for j in range(len(curves), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.suptitle(title)
     return fig
-
-
-def default_title(trace_file_path: str, hit_rate_type: str = "total") -> str:
-    """The pictures' title unless one is given: the hit rate type and the trace's name."""
-    return f"Hit rate vs capacity ({hit_rate_type}): {os.path.basename(trace_file_path)}"
-
-
-def publish_sweep(
-    result: TradeoffResult, out_dir: str, title: str
-) -> tuple[list[SummaryRow], list[str], list[str]]:
-    """Write a run's files under ``out_dir``, all or nothing: every point's CSV, the
-    summary and reference CSVs, the curve (and, several policies, the multi-policy
-    picture) titled ``title``; then remove older per-point CSVs of the same policies. The
-    summary rows, the paths written and the ``Drop descending Pareto point ...`` messages.
-    O(points + reference capacities)."""
-    rows = summary_rows(result)
-    refs = reference_rows(result)
-    curves, drops = plot_curves(rows, refs)
-    texts: dict[str, str] = {}
-    for c in result.curves:
-        for point in (c.warmup, *c.points, *c.refine):
-            texts[point_file(c.label, point.capacity_bytes)] = point_csv(point)
-    texts[SUMMARY_CSV] = rows_text(rows)
-    texts[REFERENCE_CSV] = reference_text(refs)
-    figures = {CURVE_PNG: curve_figure(curves, title)}
-    if len(curves) > 1:
-        figures[MULTI_PNG] = multi_figure(curves, title)
-    files = write_files(out_dir, texts, figures)
-    remove_stale(out_dir, [c.label for c in result.curves], files)
-    return rows, files, drops
