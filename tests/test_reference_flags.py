@@ -42,11 +42,26 @@ SUPPORTED = [
         },
     ),  # fmt: skip
     ("convert -i a.csv -o out.jsonl -f qwen_bailian", {"source_format": "qwen-bailian"}),
+    (
+        "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer "
+        "--tokenizer-path model/deepseek-v3 --time-field time --content-field prompt_messages "
+        "--instance-id my_text_instance --instance-block-sizes my_text_instance:32 "
+        "--model-name deepseek-v3 --num-workers 4",
+        {
+            "source_format": "text",
+            "tokenizer_path": "model/deepseek-v3",
+            "time_field": "time",
+            "content_field": "prompt_messages",
+            "instance": "my_text_instance",
+            "instance_block_sizes": {"my_text_instance": 32},
+            "model_name": "deepseek-v3",
+            "max_workers": 4,
+        },
+    ),  # fmt: skip
 ]
 
 NOT_YET = [
     "tradeoff -c cfg.json --hit-rate-type remote",
-    "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer",
 ]
 
 
