@@ -263,6 +263,27 @@ def test_model_name_reads_the_tokenizer_from_model_folder(
     assert src.exists()
 
 
+def test_the_shipped_sample_shares_keys_as_the_docs_say(tmp_path: Path) -> None:
+    """Catches the docs' sample tokenizer drifting from tiny_tokenizer.py (regenerate it
+    with write_tokenizer(Path("tests/data/tiny_tokenizer"))) and the sample's documented
+    sharing no longer holding (docs/reference/traces.md, raw prompts)."""
+    import tokenizers
+
+    shipped = ROOT / "tests" / "data" / "tiny_tokenizer" / "tokenizer.json"
+    fresh = write_tokenizer(tmp_path / "fresh")
+    assert tokenizers.Tokenizer.from_file(str(shipped)).to_str() == (
+        tokenizers.Tokenizer.from_file(str(fresh)).to_str()
+    )
+    out = tmp_path / "o.jsonl"
+    argv = ["convert", "--from", "text", str(ROOT / "tests" / "data" / "text_prompts.jsonl")]
+    assert main([*argv, "-o", str(out), "--tokenizer-path", str(shipped.parent),
+                 "--instance", "chat", "--block-size", "4"]) == 0  # fmt: skip
+    one, two, three, four = (r["keys"] for r in records(out))
+    assert len(one) == 2 and one == three[:2] == four[:2]
+    assert len(three) > len(four) > len(one) and three[2] != four[2]
+    assert not set(two) & set(one + three + four)
+
+
 # ------------------------------------------------------------------ errors
 
 
