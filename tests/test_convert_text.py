@@ -211,6 +211,7 @@ def utc_plus_8(monkeypatch) -> Iterator[None]:
         ("1970-01-01 00:00:01.000000", 1_000_000_000),
         ("2024-01-01 12:00:00.123456789", 1704110400_123456789),
         ("2024-01-01 20:00:00+08:00", 1704110400_000000000),
+        ("2024-01-01 06:30:00-05:30", 1704110400_000000000),
         ("2024-01-01T12:00:00", 1704110400_000000000),
         (1.1, 1_100_000_000),
         (1704110400.75, 1704110400_750000000),
@@ -225,6 +226,26 @@ def test_times_are_exact_utc_nanoseconds(
     out = tmp_path / "o.jsonl"
     assert convert(src, out, tokenizer_path) == 0
     assert records(out)[0]["timestamp_ns"] == ns
+
+
+def test_a_prompt_without_tokens_is_skipped_and_counted(
+    tmp_path: Path, tokenizer_path: Path, capsys
+) -> None:
+    """Catches a request with input_len 0 written (a trace every reader refuses) and a
+    skip that goes unsaid."""
+    import tokenizers
+
+    tok = tokenizers.Tokenizer.from_file(str(tokenizer_path))
+    tok.post_processor = None  # no BOS: an empty prompt has no token
+    bare = tmp_path / "bare.json"
+    tok.save(str(bare))
+    src = write_lines(tmp_path / "p.jsonl", [{"time": t(1), "prompt_messages": ""},
+                                             {"time": t(2), "prompt_messages": "a b"}])  # fmt: skip
+    out = tmp_path / "o.jsonl"
+    assert convert(src, out, bare, "--block-size", "1") == 0
+    assert [(r["trace_id"], r["input_len"]) for r in records(out)] == [("p.jsonl:2", 2)]
+    assert "text: skipped 1 lines without tokens" in capsys.readouterr().err
+    assert [e.input_len for e in read_standard(out)] == [2]
 
 
 # ------------------------------------------------------------------ outputs

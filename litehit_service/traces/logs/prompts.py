@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -96,7 +97,7 @@ def parse_time_ns(value: Any, field: str = "time") -> int:
             int(year), int(month), int(day), int(hour), int(minute), int(second),
             tzinfo=_zone(zone),
         )  # fmt: skip
-    except ValueError as exc:
+    except ValueError as exc:  # a day, hour, ... or UTC offset out of range
         raise PromptError(field, f"{exc}; got {_show(value)}") from None
     seconds = (moment - EPOCH) // datetime.timedelta(seconds=1)
     nanos = int((fraction or "0").ljust(9, "0"))
@@ -162,8 +163,6 @@ def _message_text(content: Any, field: str) -> str:
 
 
 def _show(value: Any) -> str:
-    import json
-
     text = json.dumps(value, ensure_ascii=False) if _jsonable(value) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
