@@ -30,6 +30,9 @@ from litehit_service.commands.options import (
 EXEMPT: dict[tuple[str, str], str] = {
     ("convert", "--from"): "convert's job is formats: --from names the input's (a trace "
     "format or a log format), as the issue that set the vocabulary decided",
+    ("convert", "--model-name"): "the reference converter's --model-name names the folder "
+    "./model/NAME its tokenizer is read from, not an instance (issue 36: its command lines "
+    "work as written)",
 }
 """(command, option string) pairs that may spell a concept their own way, with the reason."""
 

@@ -342,14 +342,14 @@ def test_convert_rejects_backwards_timestamps(
         (
             "standard",
             ["--instance", "i"],
-            "--instance applies to --from mooncake / lmcache / qwen-bailian only, not --from "
-            "standard",
+            "--instance applies to --from mooncake / lmcache / qwen-bailian / text only, "
+            "not --from standard",
         ),
         (
             "standard",
             ["--model", "m"],  # the old spelling names the option as it is spelled now
-            "--instance applies to --from mooncake / lmcache / qwen-bailian only, not --from "
-            "standard",
+            "--instance applies to --from mooncake / lmcache / qwen-bailian / text only, "
+            "not --from standard",
         ),
         (
             "lmcache",

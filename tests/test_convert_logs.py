@@ -17,6 +17,7 @@ from conftest import cli_argv, lru_instance, write_replay_config
 from doc_pages import section
 from serve_process import serve_env
 from terminal import run_on_terminal
+from tiny_tokenizer import write_tokenizer
 
 from litehit_core.prefix_hash import prefix_hash_next
 from litehit_service.cli import build_parser, main
@@ -67,7 +68,11 @@ def converted(out: Path) -> list[str]:
 
 # ------------------------------------------------------------------ every converter
 
-REQUIRED_ARGS = {"block_size": ["--block-size", "4"], "instance_id": ["--instance", "i"]}
+REQUIRED_ARGS = {
+    "block_size": ["--block-size", "4"],
+    "instance_id": ["--instance", "i"],
+    "tokenizer_path": ["--tokenizer-path", "{tokenizer}"],
+}
 
 
 @pytest.mark.parametrize("name", sorted(CONVERTERS))
@@ -77,6 +82,9 @@ def test_every_converter_converts_its_example(tmp_path: Path, name: str) -> None
     src.write_bytes(converter.example)
     out = tmp_path / "t.jsonl"
     required = [arg for option in converter.required for arg in REQUIRED_ARGS[option]]
+    if "{tokenizer}" in required:  # text: a real tokenizer (skips without the library)
+        tokenizer = str(write_tokenizer(tmp_path / "tokenizer"))
+        required = [arg.format(tokenizer=tokenizer) for arg in required]
     assert main(["convert", "--from", name, str(src), "-o", str(out), *required]) == 0
     assert len(list(read_standard(out))) >= 2
     first = json.loads(converter.example.splitlines()[0])
@@ -423,7 +431,7 @@ def test_bad_bailian_lines(tmp_path: Path, capsys, line: str, message: str) -> N
          "--instance-map applies to --from publisher-log only, not --from qwen-bailian"),
         (["EXTRA", "--from", "mooncake"], "--from mooncake takes one INPUT, got 2"),
         (["--from", "standard", "--reorder-window-ms", "5"],
-         "--reorder-window-ms applies to --from publisher-log / qwen-bailian only, "
+         "--reorder-window-ms applies to --from publisher-log / qwen-bailian / text only, "
          "not --from standard"),
     ],
 )  # fmt: skip

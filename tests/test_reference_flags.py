@@ -1,6 +1,6 @@
 """The KVCacheManager optimizer's command lines, as its scripts and README write them,
 through our real parsers: each parses to the option it means. The ones not supported yet
-are listed as strict xfails, so the day one is supported its entry must move up."""
+were listed as strict xfails until each was supported; none is left."""
 
 from __future__ import annotations
 
@@ -45,12 +45,23 @@ SUPPORTED = [
     # tradeoff.py --hit-rate-type
     ("tradeoff -c cfg.json --hit-rate-type remote", {"hit_rate_type": "remote"}),
     ("tradeoff -c cfg.json --hit-rate-type all", {"hit_rate_type": "all"}),
+    (
+        "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer "
+        "--tokenizer-path model/deepseek-v3 --time-field time --content-field prompt_messages "
+        "--instance-id my_text_instance --instance-block-sizes my_text_instance:32 "
+        "--model-name deepseek-v3 --num-workers 4",
+        {
+            "source_format": "text",
+            "tokenizer_path": "model/deepseek-v3",
+            "time_field": "time",
+            "content_field": "prompt_messages",
+            "instance": "my_text_instance",
+            "instance_block_sizes": {"my_text_instance": 32},
+            "model_name": "deepseek-v3",
+            "max_workers": 4,
+        },
+    ),  # fmt: skip
 ]
-
-NOT_YET = [
-    "convert -i prompts.jsonl -o out.jsonl -f text --mode optimizer",
-]
-
 
 def _parse(line: str):
     return build_parser().parse_args(shlex.split(line))
@@ -60,9 +71,3 @@ def _parse(line: str):
 def test_a_reference_command_line_parses_to_what_it_means(line: str, means: dict) -> None:
     args = _parse(line)
     assert {name: getattr(args, name) for name in means} == means
-
-
-@pytest.mark.parametrize("line", NOT_YET)
-@pytest.mark.xfail(raises=SystemExit, reason="not supported yet (issue 36)", strict=True)
-def test_a_reference_command_line_not_supported_yet(line: str) -> None:
-    _parse(line)

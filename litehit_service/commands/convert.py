@@ -1,5 +1,6 @@
 """``litehit convert``: turn a Mooncake, LMCache or standard trace, a KVCacheManager
-event-publisher log or Qwen Bailian usage traces into standard trace JSONL.
+event-publisher log, Qwen Bailian usage traces or raw prompts (``--from text``, tokenized
+with a given tokenizer) into standard trace JSONL.
 
 The output has one compact JSON object per event, keys in the order ``type, instance_id,
 trace_id, timestamp_ns, keys, input_len`` (see
@@ -30,6 +31,7 @@ from litehit_service.commands import UsageError, say_plan
 from litehit_service.commands.options import (
     add_instance,
     add_max_line_bytes,
+    add_max_workers,
     add_option,
     add_output_file,
     required_options,
@@ -45,6 +47,16 @@ from litehit_service.traces.convert.writer import OUTPUT_CONTAINERS
 from litehit_service.traces.logs import Converter
 from litehit_service.traces.logs.bailian import BLOCK_TOKENS as BAILIAN_BLOCK_TOKENS
 from litehit_service.traces.logs.bailian import EMIT_MODES
+from litehit_service.traces.logs.prompts import parse_block_sizes
+from litehit_service.traces.logs.text import (
+    BLOCK_TOKENS as TEXT_BLOCK_TOKENS,
+)
+from litehit_service.traces.logs.text import (
+    CONTENT_FIELD,
+    DEFAULT_INSTANCE,
+    INSTANCE_FIELD,
+    TIME_FIELD,
+)
 from litehit_service.traces.readers import TraceReader
 
 
@@ -53,8 +65,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "convert",
         help=(
-            "convert a Mooncake / LMCache / standard trace, a KVCacheManager publisher log "
-            "or Qwen Bailian traces to standard trace JSONL"
+            "convert a Mooncake / LMCache / standard trace, a KVCacheManager publisher log, "
+            "Qwen Bailian traces or raw prompts to standard trace JSONL"
         ),
         description=(
             "Convert a trace or log to LiteHit's standard JSONL (one compact object per "
@@ -71,7 +83,7 @@ def register(subparsers: Any) -> None:
         type=_format_name,
         choices=FORMATS,
         help="the input's format (default: a trace format detected from the first input's "
-        "first line; publisher-log and qwen-bailian logs are never detected; the "
+        "first line; publisher-log, qwen-bailian and text logs are never detected; the "
         "reference's publisher_log and qwen_bailian spellings are accepted)",
     )
     p.add_argument(
@@ -80,8 +92,8 @@ def register(subparsers: Any) -> None:
         nargs="*",
         help=(
             "input trace file (lmcache: a JSONL file or a directory of "
-            "lookup_hashes_*.jsonl); publisher-log and qwen-bailian: one or more files or "
-            "directories, merged in time order"
+            "lookup_hashes_*.jsonl); publisher-log, qwen-bailian and text: one or more files "
+            "or directories, merged in time order"
         ),
     )
     add_option(p, "--input-file", aliases=("-i",), dest="input_options", action="append",
@@ -115,6 +127,8 @@ def register(subparsers: Any) -> None:
             f"mooncake: tokens per hash id (default {DEFAULT_MOONCAKE_BLOCK_SIZE}); "
             f"publisher-log: tokens per key (required; input_len = keys x TOKENS); "
             f"qwen-bailian: tokens per hash id (default {BAILIAN_BLOCK_TOKENS}); "
+            f"text: tokens per key (default {TEXT_BLOCK_TOKENS}; --instance-block-sizes "
+            "per instance); "
             f"standard: the trace granularity written by --emit-config "
             f"(default {DEFAULT_STANDARD_BLOCK_SIZE}); not for lmcache (chunk_size is in the logs)"
         ),
@@ -122,8 +136,9 @@ def register(subparsers: Any) -> None:
     add_instance(
         p,
         "mooncake: the instance of every event (default 'default'); qwen-bailian: the "
-        "instance of every record (required); lmcache: keep only this model_name (default: "
-        "every model, each its own instance)",
+        "instance of every record (required); text: the instance of a line without an "
+        f"{INSTANCE_FIELD} field (default {DEFAULT_INSTANCE!r}); lmcache: keep only this "
+        "model_name (default: every model, each its own instance)",
         aliases=("--instance-id", "--model"),
     )
     p.add_argument(
@@ -147,7 +162,7 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="MS",
         help=(
-            "publisher-log and qwen-bailian: how far out of time order a file's lines may be "
+            "publisher-log, qwen-bailian and text: how far out of time order a file's lines may be "
             "(default 1000 ms; 0: sorted); a line later than that is an error"
         ),
     )
@@ -178,8 +193,62 @@ def register(subparsers: Any) -> None:
         help="also write a starter litehit replay configuration for the converted trace "
         "to FILE (default: none)",
     )
+    _add_text_options(p)
     add_max_line_bytes(p, "input")
     p.set_defaults(func=run)
+
+
+def _add_text_options(p: Any) -> None:
+    """The options of ``--from text``, spelled as the reference's converter spells them."""
+    p.add_argument(
+        "--tokenizer-path",
+        metavar="PATH",
+        help="text only: the tokenizer, a Hugging Face tokenizer.json or the directory holding "
+        "it (local files, read with the tokenizers library: pip install 'litehit[text]'); "
+        "required unless --model-name finds one (default: none)",
+    )
+    p.add_argument(
+        "--model-name",
+        metavar="NAME",
+        help="text only: read the tokenizer from ./model/NAME when that directory exists, "
+        "instead of --tokenizer-path, as the reference does (default: none)",
+    )
+    p.add_argument(
+        "--time-field",
+        metavar="NAME",
+        help=f"text only: the field holding each line's time (default {TIME_FIELD!r}): "
+        "'YYYY-MM-DD HH:MM:SS.ffffff' in UTC (or with a Z / +HH:MM offset) or seconds since "
+        "the epoch",
+    )
+    p.add_argument(
+        "--content-field",
+        metavar="NAME",
+        help=f"text only: the field holding each prompt (default {CONTENT_FIELD!r}): a string "
+        "or a list of chat messages, rendered as 'role: content' lines",
+    )
+    p.add_argument(
+        "--instance-block-sizes",
+        metavar="ID:TOKENS,...",
+        type=_block_sizes,
+        help="text only: tokens per key of some instances, e.g. a:16,b:32 (default: none; "
+        "the others take --block-size)",
+    )
+    add_max_workers(
+        p,
+        "text only: accepted (also in the reference's spelling) and not acted on: the "
+        "tokenizers library encodes each batch of prompts on its own threads (cap them with "
+        "RAYON_NUM_THREADS) (default: none)",
+        aliases=("--num-workers",),
+        type=_positive_int,
+        default=None,
+    )
+
+
+def _block_sizes(text: str) -> dict[str, int]:
+    try:
+        return parse_block_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -212,9 +281,19 @@ CONVERTER_OPTIONS = {
     "instance_map": "--instance-map",
     "emit": "--emit",
     "reorder_window_ms": "--reorder-window-ms",
+    "tokenizer_path": "--tokenizer-path",
+    "model_name": "--model-name",
+    "time_field": "--time-field",
+    "content_field": "--content-field",
+    "instance_block_sizes": "--instance-block-sizes",
+    "max_workers": "--max-workers",
 }
 """Options only some converters take: destination -> flag."""
-REQUIRED_FLAGS = {"block_size": "--block-size TOKENS", "instance_id": "--instance ID"}
+REQUIRED_FLAGS = {
+    "block_size": "--block-size TOKENS",
+    "instance_id": "--instance ID",
+    "tokenizer_path": "--tokenizer-path PATH (or --model-name NAME with ./model/NAME)",
+}
 """How a missing required option is named in the error."""
 
 
@@ -259,7 +338,10 @@ def _instance_option(source: TraceReader | Converter) -> str | None:
 
 def _given(args: argparse.Namespace, source: TraceReader | Converter) -> dict[str, Any]:
     """The options given, by the name ``source`` takes them under."""
-    given = {"block_size": args.block_size}
+    given = {
+        "block_size": args.block_size,
+        "tokenizer_path": args.tokenizer_path or args.model_name,
+    }
     option = _instance_option(source)
     if option is not None:
         given[option] = args.instance
@@ -281,7 +363,8 @@ def _detected(args: argparse.Namespace) -> str:
         raise LocatedError(
             exc.path,
             exc.line_no,
-            f"{exc.reason}; give --from (publisher-log and qwen-bailian logs are never detected)",
+            f"{exc.reason}; give --from (publisher-log, qwen-bailian and text logs are never "
+            "detected)",
             exc.field,
         ) from None
 

@@ -125,7 +125,8 @@ def convert_trace(
     atomically. ``time_offset_ns`` defaults to the source's (1 ms for traces whose clock
     starts at 0, Mooncake and Qwen Bailian; 0 for the others, whose values stay as they
     are); ``converter_options`` go to the converter
-    (``instance_map``, ``emit``, ``reorder_window_ms``). The output's container (JSONL,
+    (``instance_map``, ``emit``, ``reorder_window_ms``; text's ``tokenizer_path`` ...). The
+    output's container (JSONL,
     gzip'd or zstd'd JSONL, Parquet) is ``to`` or its extension's
     (:func:`~litehit_service.traces.convert.writer.output_container`). Raises LocatedError
     naming the input line (also for a line longer than ``max_line_bytes`` bytes).

@@ -60,7 +60,9 @@ class Converter:
 
     Class attributes: ``name``; ``options`` (the keyword options :meth:`open` takes, named
     like the ``convert`` command's destinations: ``block_size``, ``instance_id``,
-    ``instance_map``, ``emit``, ``reorder_window_ms``); ``required`` (those a user must
+    ``instance_map``, ``emit``, ``reorder_window_ms``, and text's ``tokenizer_path``,
+    ``model_name``, ``time_field``, ``content_field``, ``instance_block_sizes``,
+    ``max_workers``); ``required`` (those a user must
     give); ``default_block_size`` (tokens per key when not given; ``None``: required);
     ``default_time_offset_ns`` (added to every timestamp unless ``--time-offset-ns`` says
     otherwise); ``input_suffix`` (a directory input is read as its files ending with this,
