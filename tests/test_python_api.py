@@ -219,8 +219,9 @@ def _nodes(export) -> list[tuple]:
 def test_export_radix_trees_on_a_hand_built_trace(tmp_path) -> None:
     # Catches: cached blocks looked up by key rather than by path (planted: key 3 then
     # counts as cached under 1/2 because it is cached under 8), a node's gets counted per
-    # block, orphans (a cached block below an evicted parent) lost, and nodes differing
-    # from `litehit export-tree`'s JSON.
+    # block, orphans (a cached block below an evicted parent) lost, nodes differing from
+    # `litehit export-tree`'s JSON, and the tree of the lifecycle files' pass missing its
+    # hits (planted: that pass not forwarding its batches to the tree's counter).
     path = _config(tmp_path, HAND_TRACE, blocks=6)
     loader = OptimizerConfigLoader()
     assert loader.load(path)
@@ -242,6 +243,13 @@ def test_export_radix_trees_on_a_hand_built_trace(tmp_path) -> None:
     ]
     assert tree.edges == [(0, 1), (1, 2), (1, 3), (0, 4)]
     assert manager.ExportRadixTrees() is trees  # one analysis replay per DirectRun
+
+    # the lifecycle files' pass gives the tree too (AnalyzeResults, then ExportRadixTrees)
+    shared = OptimizerManager(loader.config(), enable_lifecycle_tracking=True)
+    assert shared.Init()
+    shared.DirectRun()
+    assert any(p.endswith("a_lifecycle.csv") for p in shared.AnalyzeResults())
+    assert _nodes(shared.ExportRadixTrees()["a"]) == _nodes(tree)
 
     done = run_cli("export-tree", "-c", str(path), "-o", str(tmp_path / "cli"), "--stats-only")
     assert done.returncode == 0, done.stderr

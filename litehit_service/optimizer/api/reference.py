@@ -251,7 +251,7 @@ class OptimizerManager:
 
         self._config = self._run = self._trees = self._analysed = None
         try:
-            config = as_config(getattr(self._source, "optimize_config", self._source))
+            config = as_config(self._source)
             self.options.check()
             open_trace_batches(config, trace_format=self.options.trace_format,
                                instance=self.options.instance,
