@@ -289,7 +289,8 @@ def optimize(
     mode), the tables and the charts all or nothing, then the analysis files. ``max_workers``
     > 1 replays the groups in that many forked processes (the same numbers); the trace
     options are :class:`TraceOptions`'. Cost: the replay, O(keys) plus evictions; memory:
-    the decoded trace (~17 bytes a key) and the rows (~100 bytes a read).
+    the decoded trace (as :func:`~..optimize.trace.load_trace` holds it), the replay's
+    rows and the tables (24 eight-byte columns a read, more when tiered).
     """
     from litehit_service.optimizer.analysis.lifecycle_files import optimize_analysis
     from litehit_service.optimizer.optimize.tables import arrow_table
