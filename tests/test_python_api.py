@@ -28,9 +28,8 @@ from litehit_service.optimizer import (
     OptimizerConfigLoader,
     OptimizerManager,
     VerbOrderError,
-    optimize,
-    tradeoff,
 )
+from litehit_service.optimizer.api import optimize, tradeoff
 
 BLOCK_TOKENS = 16
 BLOCK_BYTES = 16 * 64
@@ -370,16 +369,19 @@ def test_verbs_out_of_order_name_the_verb_to_call_first(tmp_path) -> None:
 
 def test_one_config_three_ways(tmp_path) -> None:
     # Catches: a dict or a loaded configuration replayed differently from its file
-    # (relative paths, defaults), and the subpackages shadowing the functions.
+    # (relative paths, defaults), and the re-exported reference objects differing from
+    # the api module's.
     import litehit_service.optimizer as package
-    import litehit_service.optimizer.optimize.run  # noqa: F401 - the subpackage, imported
+    import litehit_service.optimizer.api as api
 
-    assert package.optimize is optimize and callable(package.optimize)
+    assert package.OptimizerManager is api.OptimizerManager
     path = example_config(tmp_path)
     loader = OptimizerConfigLoader()
     assert loader.load(path)
     data = json.loads(path.read_text())
     data["trace_file_path"] = str(tmp_path / "trace.jsonl")
+    assert OptimizerConfigLoader().Load(path).trace_file_path() == loader.config().trace_file_path()
+    assert OptimizerConfigLoader().Load(tmp_path / "missing.json") is None  # the README's Load
     tables = [optimize(c)["a"] for c in (path, loader.config(), data)]
     assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
     assert optimize(path).summary.column("reads").to_pylist() == [4]

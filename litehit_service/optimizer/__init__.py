@@ -8,10 +8,10 @@ quotas, tiers), as ``../shared/spec/optimizer-replay.md`` specifies.
 - :mod:`.tradeoff`: ``litehit tradeoff``, hit rate against capacity, one replay per point;
 - :mod:`.analysis`: ``litehit export-tree`` and ``litehit lifecycle``, the radix tree and
   the block lives of one replay in analysis mode;
-- :mod:`.api`: the same from Python (re-exported here):
-  ``optimize()`` and ``tradeoff()`` returning pyarrow Tables (here the subpackages
-  themselves, callable: :mod:`.api.tool_package`), and the reference's
-  ``OptimizerConfigLoader`` / ``OptimizerManager`` verbs.
+- :mod:`.api`: the same from Python: ``optimize()`` and ``tradeoff()`` returning pyarrow
+  Tables (``from litehit_service.optimizer.api import optimize, tradeoff``: here those
+  names are the commands' subpackages), and the reference's ``OptimizerConfigLoader`` /
+  ``OptimizerManager`` verbs (re-exported here too).
 
 Names are imported on first use (``litehit --help`` loads none of them).
 """
@@ -22,8 +22,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "optimize": "",  # the subpackages, callable (.api.tool_package)
-    "tradeoff": "",
     "OptimizeResult": "litehit_service.optimizer.api.functions",
     "TraceOptions": "litehit_service.optimizer.api.functions",
     "OptimizerConfigLoader": "litehit_service.optimizer.api.reference",
@@ -47,18 +45,11 @@ __all__ = [
     "RadixTreeExportNode",
     "TraceOptions",
     "VerbOrderError",
-    "optimize",
-    "tradeoff",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from litehit_core import InvalidRequestError, LocatedError
-    from litehit_service.optimizer.api.functions import (
-        OptimizeResult,
-        TraceOptions,
-        optimize,
-        tradeoff,
-    )
+    from litehit_service.optimizer.api.functions import OptimizeResult, TraceOptions
     from litehit_service.optimizer.api.reference import (
         OptimizerConfig,
         OptimizerConfigLoader,
@@ -73,8 +64,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if not module:  # importing the subpackage binds it here
-        return importlib.import_module(f"{__name__}.{name}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

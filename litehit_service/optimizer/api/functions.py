@@ -4,7 +4,7 @@
 without files: the results come back as pyarrow Tables (``.to_pandas()`` when pandas is
 installed, ``polars.from_arrow`` likewise)::
 
-    from litehit_service.optimizer import optimize, tradeoff
+    from litehit_service.optimizer.api import optimize, tradeoff
 
     result = optimize("policy.json")           # a path, a dict (the JSON) or a loaded config
     result.summary                             # one row per instance: reads, hit rate, ...

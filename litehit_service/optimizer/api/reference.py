@@ -137,6 +137,11 @@ class OptimizerConfigLoader:
         self._config = OptimizerConfig(checked)
         return True
 
+    def Load(self, path: str | os.PathLike[str]) -> OptimizerConfig | None:  # noqa: N802
+        """The reference README's spelling: :meth:`load` then :meth:`config` in one call;
+        None (the error printed and kept in :attr:`error`) when the file is not valid."""
+        return self._config if self.load(path) else None
+
     def config(self) -> OptimizerConfig:
         """The configuration of the last successful :meth:`load`. VerbOrderError
         otherwise."""

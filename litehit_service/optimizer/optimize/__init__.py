@@ -4,14 +4,5 @@
 validated first), :mod:`.run` (the compiled replay, :mod:`litehit_core.policy_replay`),
 :mod:`.rows` (the reference's CSV columns), :mod:`.outputs` (files, chart, summary) and
 :mod:`.exact` (LiteHit's exact LRU rates beside the replay's).
-
-Called, this package is the Python API's
-:func:`litehit_service.optimizer.api.functions.optimize`
-(:mod:`litehit_service.optimizer.api.tool_package` says why).
+The same from Python: :func:`litehit_service.optimizer.api.optimize`.
 """
-
-import sys
-
-from litehit_service.optimizer.api.tool_package import ToolPackage
-
-sys.modules[__name__].__class__ = ToolPackage

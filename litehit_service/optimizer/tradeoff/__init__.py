@@ -6,14 +6,5 @@ over one decoded trace), :mod:`.exact_curve` (LiteHit's exact LRU curves from on
 :mod:`.sweep` (warm-up, the sweep with its 99 % stop, the 95 %/99 % bisection),
 :mod:`.files` (the CSVs, written all or nothing, read back by ``--skip-run``),
 :mod:`.plot` (the pictures) and :mod:`.report` (the summary, text or JSON).
-
-Called, this package is the Python API's
-:func:`litehit_service.optimizer.api.functions.tradeoff`
-(:mod:`litehit_service.optimizer.api.tool_package` says why).
+The same from Python: :func:`litehit_service.optimizer.api.tradeoff`.
 """
-
-import sys
-
-from litehit_service.optimizer.api.tool_package import ToolPackage
-
-sys.modules[__name__].__class__ = ToolPackage
