@@ -33,6 +33,10 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("convert", "--model-name"): "the reference converter's --model-name names the folder "
     "./model/NAME its tokenizer is read from, not an instance (issue 36: its command lines "
     "work as written)",
+    ("tradeoff", "--warmup-capacity"): "the reference tradeoff.py's flag (GB), accepted and "
+    "not acted on so its command lines run: the warm-up here is at infinite quota",
+    ("tradeoff", "--plot-capacity"): "the reference tradeoff.py's flag, accepted and not "
+    "acted on so its command lines run (with --plot-timeseries)",
 }
 """(command, option string) pairs that may spell a concept their own way, with the reason."""
 

@@ -61,7 +61,7 @@ def test_every_difference_says_why_and_names_a_test_that_exists():
 def _rows(tmp: Path, config: Path, inst: str = "a") -> list[dict[str, str]]:
     done = run_cli("optimize", str(config), cwd=tmp)
     assert done.returncode == 0, done.stderr
-    return list(csv.DictReader((tmp / "out" / f"{inst}_hit_rates.csv").open()))
+    return list(csv.DictReader((tmp / "out" / f"{inst}_hit_rates.csv").read_text().splitlines()))
 
 
 def req(t: int, keys: list[int], inst: str = "a", kind: str = "request", **extra) -> dict:

@@ -162,7 +162,9 @@ def test_the_references_example_configuration_runs_unchanged(tmp_path, name):
     done = run_cli("optimize", "-c", str(path), "--draw-chart", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "result"
-    rows = list(csv.DictReader((out / f"{inst['instance_id']}_hit_rates.csv").open()))
+    rows = list(
+        csv.DictReader((out / f"{inst['instance_id']}_hit_rates.csv").read_text().splitlines())
+    )
     assert len(rows) == len(reads)
     header = list(rows[0])
     for i, tier in enumerate(tiers):  # the columns the reference's README says to read

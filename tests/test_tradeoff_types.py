@@ -36,7 +36,7 @@ def masked_records(seed: int, n: int) -> list[dict]:
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open()))
+    return list(csv.DictReader(path.read_text().splitlines()))
 
 
 def _optimize_hits(tmp: Path, config: Path, capacity: int) -> tuple[int, int, int]:
@@ -124,3 +124,26 @@ def test_an_unknown_type_exits_2_naming_it(tmp_path, capsys, bad):
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert f"got {bad!r}" in err and "total, local, remote, all" in err
+
+
+def test_the_references_other_tradeoff_flags_run(tmp_path, capsys):
+    """tradeoff.py's axis limits are applied; --warmup-capacity, --save-csv and
+    --plot-timeseries run and the ones not acted on are said. Catches a reference command
+    line that exits 2, and a flag silently ignored."""
+    config = write_case(tmp_path, masked_records(6, 40), [("g", 0.01, ["a", "b"])],
+                        policy="lru")  # fmt: skip
+    code = main(["tradeoff", str(config), "--num-points", "3", "--max-workers", "1", "-o",
+                 str(tmp_path / "o"), "--x-max", "0.5", "--y-min", "10", "--save-csv",
+                 "--warmup-capacity", "10000", "--plot-timeseries"])  # fmt: skip
+    assert code == 0
+    err = capsys.readouterr().err
+    assert (
+        "--warmup-capacity, --plot-timeseries and --plot-capacity are accepted and not "
+        "acted on" in err
+    )
+    from litehit_service.optimizer.tradeoff.plot import PlotCurve, curve_figure
+
+    curve = PlotCurve("lru", 0.5, points=[(1 << 29, 0.4)], kept=[True])
+    fig = curve_figure([curve], "t", "total", (None, 0.5, 10.0, None))
+    ax = fig.axes[0]
+    assert ax.get_xlim()[1] == 0.5 and ax.get_ylim()[0] == 10.0

@@ -117,6 +117,40 @@ def register(subparsers: Any) -> None:
         metavar="TITLE",
         help="the pictures' title (default: the hit rate type and the trace's file name)",
     )
+    for name, what in (("--x-min", "capacity (GiB)"), ("--x-max", "capacity (GiB)"),
+                       ("--y-min", "hit rate (%%)"), ("--y-max", "hit rate (%%)")):  # fmt: skip
+        p.add_argument(
+            name,
+            type=float,
+            metavar="V",
+            help=f"the curves' axis limit, {what} (the reference's flag; default: fitted)",
+        )
+    p.add_argument(
+        "--warmup-capacity",
+        type=float,
+        metavar="GIB",
+        help="accepted for the reference's command lines and not acted on: the warm-up "
+        "replays at infinite quota, which no capacity bounds (default: none)",
+    )
+    p.add_argument(
+        "--save-csv",
+        action="store_true",
+        help="accepted for the reference's command lines: the per-point CSVs under "
+        "pareto/csv_results/ are always written",
+    )
+    p.add_argument(
+        "--plot-timeseries",
+        action="store_true",
+        help="accepted for the reference's command lines and not acted on: a capacity's "
+        "timeseries chart is litehit optimize --draw-chart with that quota",
+    )
+    p.add_argument(
+        "--plot-capacity",
+        type=float,
+        nargs="+",
+        metavar="GIB",
+        help="accepted with --plot-timeseries and not acted on (default: none)",
+    )
     add_output_dir(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_trace_options(p, streamed=False)  # the trace is decoded once, sorted whole
@@ -170,6 +204,12 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     path = config_path(args)
+    if args.plot_timeseries or args.plot_capacity or args.warmup_capacity is not None:
+        print(
+            "tradeoff: note: --warmup-capacity, --plot-timeseries and --plot-capacity are "
+            "accepted and not acted on (see litehit tradeoff --help)",
+            file=sys.stderr,
+        )
     if args.ray_address is not None and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
@@ -252,14 +292,19 @@ def _replot(
             wanted = set(args.eviction_policies)
             rows = [r for r in rows if r.policy in wanted]
         every[kind] = rows
-    figures, drops = _figures(every, refs, titles)
+    figures, drops = _figures(every, refs, titles, _limits(args))
     files = write_files(out_dir, {}, figures)
     _print_drops(drops, args.json)
     return every["total"], None, files
 
 
+def _limits(args: argparse.Namespace) -> tuple[float | None, ...]:
+    """The axis limits asked for: (x min, x max, y min, y max), None where fitted."""
+    return (args.x_min, args.x_max, args.y_min, args.y_max)
+
+
 def _figures(
-    every: dict[str, list], refs: list, titles: dict[str, str]
+    every: dict[str, list], refs: list, titles: dict[str, str], limits: tuple = ()
 ) -> tuple[dict[str, Any], list[str]]:
     """The pictures of each curve type's rows (LiteHit's exact references on the total
     curve only: they are total hit rates) and the total curve's dropped points."""
@@ -271,7 +316,7 @@ def _figures(
     for kind, rows in every.items():
         curves, dropped = plot_curves(rows, refs if kind == "total" else [])
         drops += dropped if kind == "total" else []
-        figures[curve_png(kind)] = curve_figure(curves, titles[kind], kind)
+        figures[curve_png(kind)] = curve_figure(curves, titles[kind], kind, limits)
         if len(curves) > 1:
             figures[multi_png(kind)] = multi_figure(curves, titles[kind], kind)
     return figures, drops
@@ -335,7 +380,7 @@ def _sweep(
     for kind, rows in every.items():
         texts[summary_csv(kind)] = rows_text(rows)
     texts[REFERENCE_CSV] = reference_text(refs)
-    figures, drops = _figures(every, refs, titles)
+    figures, drops = _figures(every, refs, titles, _limits(args))
     files = write_files(out_dir, texts, figures)
     remove_stale(out_dir, [c.label for c in result.curves], files)
     _print_drops(drops, args.json)

@@ -137,9 +137,12 @@ def _finish(ax: Any, title: str, kind: str) -> None:
     ax.legend(loc="lower right", fontsize="x-small")
 
 
-def curve_figure(curves: Sequence[PlotCurve], title: str, kind: str = "total") -> Figure:
+def curve_figure(
+    curves: Sequence[PlotCurve], title: str, kind: str = "total", limits: Sequence = ()
+) -> Figure:
     """``pareto_curve_{kind}.png``: every policy on one axes (module docstring); ``kind``
-    names the hit rate on the y axis."""
+    names the hit rate on the y axis; ``limits``: (x min, x max, y min, y max) in GiB and
+    %, None where fitted."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
@@ -148,6 +151,11 @@ def curve_figure(curves: Sequence[PlotCurve], title: str, kind: str = "total") -
     for i, c in enumerate(curves):
         _draw(ax, c, colors[i], references=i == 0, row=i)
     _finish(ax, title, kind)
+    x_min, x_max, y_min, y_max = (*limits, None, None, None, None)[:4]
+    if x_min is not None or x_max is not None:
+        ax.set_xlim(x_min, x_max)
+    if y_min is not None or y_max is not None:
+        ax.set_ylim(y_min, y_max)
     return fig
 
 
