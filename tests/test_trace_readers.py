@@ -54,7 +54,14 @@ def test_the_registry_holds_the_formats_the_commands_offer() -> None:
     # every command offers every format, in its documented order
     assert config.TRACE_FORMATS == format_names()
     # convert: the readers, the log converters, the output format last
-    assert convert.FORMATS == ("mooncake", "lmcache", "publisher-log", "qwen-bailian", "standard")
+    assert convert.FORMATS == (
+        "mooncake",
+        "lmcache",
+        "publisher-log",
+        "qwen-bailian",
+        "text",
+        "standard",
+    )
     assert simulate.FORMATS == tuple(sorted(READERS))  # name order: lmcache (default) first
 
 
