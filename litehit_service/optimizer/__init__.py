@@ -19,22 +19,9 @@ Names are imported on first use (``litehit --help`` loads none of them).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-_EXPORTS = {
-    "OptimizeResult": "litehit_service.optimizer.api.functions",
-    "TraceOptions": "litehit_service.optimizer.api.functions",
-    "OptimizerConfigLoader": "litehit_service.optimizer.api.reference",
-    "OptimizerConfig": "litehit_service.optimizer.api.reference",
-    "OptimizerManager": "litehit_service.optimizer.api.reference",
-    "RadixTreeExport": "litehit_service.optimizer.api.reference",
-    "RadixTreeExportNode": "litehit_service.optimizer.api.reference",
-    "VerbOrderError": "litehit_service.optimizer.api.reference",
-    "LocatedError": "litehit_core",
-    "InvalidRequestError": "litehit_core",
-}
-
-__all__ = [
+__all__ = [  # the reference's objects and the API's types (optimize/tradeoff: in .api)
     "InvalidRequestError",
     "LocatedError",
     "OptimizeResult",
@@ -47,27 +34,14 @@ __all__ = [
     "VerbOrderError",
 ]
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from litehit_core import InvalidRequestError, LocatedError
-    from litehit_service.optimizer.api.functions import OptimizeResult, TraceOptions
-    from litehit_service.optimizer.api.reference import (
-        OptimizerConfig,
-        OptimizerConfigLoader,
-        OptimizerManager,
-        RadixTreeExport,
-        RadixTreeExportNode,
-        VerbOrderError,
-    )
-
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module("litehit_service.optimizer.api"), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(__all__))
