@@ -331,14 +331,30 @@ def _outputs(root: Path) -> dict[str, bytes]:
     }
 
 
-def _optimize_config(tmp_path: Path, trace: Path, out: Path) -> Path:
+def _trace(tmp_path: Path, which: str) -> tuple[Path, int]:
+    """``(trace, tokens per id)``: the real conversation trace (512), or 3,000 small good
+    lines in ~90 chunks (16: a block size no default gives)."""
+    if which == "conversation":
+        return mooncake_trace(), 512
+    path = tmp_path / "small.jsonl"
+    lines = []
+    for i in range(3000):
+        k = i % 400  # ids seen again: hits
+        ids = f"[{k}, {k + 1}, {k + 2}]" if i % 2 else f"[{k}, {k + 1}]"
+        lines.append(line(ts=f"{10 + i}.25", tokens="40" if i % 2 else "32", ids=ids))
+    path.write_text("\n".join(lines) + "\n")
+    return path, BLOCK
+
+
+def _optimize_config(tmp_path: Path, trace: Path, out: Path, block: int) -> Path:
     config = tmp_path / f"{out.name}.json"
     config.write_text(json.dumps({
         "trace_file_path": str(trace), "output_result_path": str(out),
         "eviction_params": {"eviction_mode": 3, "eviction_batch_size_per_instance": 100},
         "instance_groups": [{
             "group_name": "g", "quota_capacity": 20_000 * 512 * 4096 / 2**30,
-            "instances": [{"instance_id": "conv", "block_size": 512, "bytes_per_token": 4096,
+            "instances": [{"instance_id": "conv", "block_size": block,
+                           "bytes_per_token": 512 * 4096 // block,
                            "eviction_policy_type": "lru"}],
         }],
     }))  # fmt: skip
@@ -350,21 +366,22 @@ def _line_path_forced(monkeypatch) -> None:
     monkeypatch.setattr(type(MOONCAKE), "column_source", TraceReader.column_source)
 
 
+@pytest.mark.parametrize("which", ["conversation", "small"])
 @pytest.mark.parametrize("fmt", [["--trace-format", "mooncake"], []])
-def test_optimize_and_export_tree_are_byte_identical_by_columns(tmp_path, monkeypatch, fmt):
+def test_optimize_and_export_tree_are_byte_identical_by_columns(tmp_path, monkeypatch, fmt, which):
     """Catches the columnar path changing what ``optimize`` and ``export-tree`` write from
     a Mooncake trace, given ``--trace-format mooncake`` or detected (a key, a time, a line
-    number off, or the trace routed with another block size): every output file equals
-    the line path's, byte for byte."""
+    number off, or the trace read with the reader's default block size instead of the
+    instance's): every output file equals the line path's, byte for byte."""
     from litehit_service.cli import main
 
-    trace = mooncake_trace()
+    trace, block = _trace(tmp_path, which)
 
     def run(tag: str) -> dict[str, bytes]:
         out = tmp_path / tag
-        config = _optimize_config(tmp_path, trace, out / "optimize")
+        config = _optimize_config(tmp_path, trace, out / "optimize", block)
         assert main(["optimize", str(config), *fmt]) == 0
-        tree = _optimize_config(tmp_path, trace, out / "tree")
+        tree = _optimize_config(tmp_path, trace, out / "tree", block)
         assert main(["export-tree", str(tree), *fmt]) == 0
         return _outputs(out)
 
@@ -377,20 +394,21 @@ def test_optimize_and_export_tree_are_byte_identical_by_columns(tmp_path, monkey
         assert by_columns[name] == data, name
 
 
-def test_replay_is_byte_identical_by_columns(tmp_path, monkeypatch, capsys) -> None:
+@pytest.mark.parametrize("which", ["conversation", "small"])
+def test_replay_is_byte_identical_by_columns(tmp_path, monkeypatch, capsys, which) -> None:
     """Catches ``litehit replay``'s columnar Mooncake path changing the facts ledger (a
     trace id that is not the line number, a key list cut at the wrong offset, another
-    instance or block size than the line path's)."""
+    instance or block size than the config's)."""
     from conftest import lru_instance, write_replay_config
 
     from litehit_service.cli import main
 
-    trace = mooncake_trace()
+    trace, block = _trace(tmp_path, which)
 
     def run(tag: str) -> dict[str, bytes]:
         config = write_replay_config(
-            tmp_path / f"{tag}.json", trace, output=tmp_path / tag, block_size=512,
-            trace_format="mooncake", instances=[lru_instance(block_size=512)],
+            tmp_path / f"{tag}.json", trace, output=tmp_path / tag, block_size=block,
+            trace_format="mooncake", instances=[lru_instance("x", block_size=block)],
         )  # fmt: skip
         assert main(["replay", str(config), "--quiet"]) == 0
         return _outputs(tmp_path / tag)
