@@ -398,7 +398,9 @@ def test_optimize_and_export_tree_are_byte_identical_by_columns(tmp_path, monkey
 def test_replay_is_byte_identical_by_columns(tmp_path, monkeypatch, capsys, which) -> None:
     """Catches ``litehit replay``'s columnar Mooncake path changing the facts ledger (a
     trace id that is not the line number, a key list cut at the wrong offset, another
-    instance or block size than the config's)."""
+    instance or block size than the config's). ``replay`` reads Mooncake line by line
+    (``events_by_columns`` is False: faster so); the columnar path is forced here, so it
+    stays right for the day the balance turns."""
     from conftest import lru_instance, write_replay_config
 
     from litehit_service.cli import main
@@ -413,7 +415,9 @@ def test_replay_is_byte_identical_by_columns(tmp_path, monkeypatch, capsys, whic
         assert main(["replay", str(config), "--quiet"]) == 0
         return _outputs(tmp_path / tag)
 
-    by_columns = run("columns")
+    with monkeypatch.context() as patch:
+        patch.setattr(type(MOONCAKE), "events_by_columns", True)
+        by_columns = run("columns")
     with monkeypatch.context() as patch:
         _line_path_forced(patch)
         by_lines = run("lines")

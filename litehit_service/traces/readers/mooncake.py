@@ -5,9 +5,11 @@ One JSON object per line: ``timestamp`` (milliseconds, relative, >= 0), ``input_
 block), ``output_length`` (ignored). Every line becomes a ``request`` event of one instance
 (``instance_id``, default ``"default"``): ms -> ns, the ids of the complete blocks as keys,
 the line number as ``trace_id``. Cost: O(bytes); per key a slice plus a C-level type and
-range check; ~12k lines parse in tens of ms. ``replay`` and the policy replay read it by
-columns (:mod:`.mooncake_columns`, pyarrow), this line parser being the slow path that
-takes a doubtful chunk and names its bad line.
+range check; ~12k lines parse in tens of ms. The policy replay (``optimize``,
+``tradeoff``, ``export-tree``, ``lifecycle``) reads it by columns (:mod:`.mooncake_columns`,
+pyarrow), this line parser being the slow path that takes a doubtful chunk and names its
+bad line; ``replay``, whose every record becomes Python objects, reads it line by line
+(``events_by_columns``: faster so, measured).
 """
 
 from __future__ import annotations
@@ -175,6 +177,9 @@ class MooncakeReader(TraceReader):
     options = ("block_size", "instance_id")
     default_block_size = DEFAULT_BLOCK_SIZE
     default_time_offset_ns = 1_000_000  # its clock starts at 0
+    # replay's events come faster from the line parser (orjson on a short line) than from
+    # pyarrow plus the conversion to Python lists (bench/README.md, 2026-12-05)
+    events_by_columns = False
     names_instances = False
     example = (
         b'{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]}\n'

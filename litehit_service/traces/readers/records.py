@@ -97,9 +97,14 @@ class TraceReader:
       the slow path), which ``convert`` writes to Parquet as they are -- the standard
       format, in JSONL or Parquet.
 
+    - ``events_by_columns``: reading by columns pays even when every record becomes a
+      Python event (``replay``); ``False`` for a format whose line parser makes the events
+      faster than pyarrow's decode plus the conversion to Python objects (Mooncake: orjson
+      on a short line, ``bench/README.md``), which ``replay`` then reads line by line.
+
     :meth:`column_source` reads a format by columns (the standard format and Mooncake;
-    ``None`` for the others, read line by line): what ``replay`` and the policy replay
-    ask first.
+    ``None`` for the others, read line by line): what the policy replay asks first, and
+    ``replay`` for a format with ``events_by_columns``.
 
     Whether the format takes an option (``block_size``, ``instance_id``, ``model``,
     ``kv_bytes_per_chunk``) is ``name in reader.options``.
@@ -114,6 +119,7 @@ class TraceReader:
     names_instances: ClassVar[bool] = True
     default_time_offset_ns: ClassVar[int] = 0
     columnar: ClassVar[bool] = False
+    events_by_columns: ClassVar[bool] = True
 
     def read(
         self,
