@@ -14,6 +14,10 @@ int64, a duplicate field -- sends the chunk to the line parser), its bytes are v
 and hold no ``null`` (pyarrow cannot tell an explicit null from an absent field).
 pyarrow (multi-threaded, C++) parses ~250 MB/s on two cores where the line loop parses
 20-60 MB/s. Memory: one chunk (its bytes, its lines and its table).
+
+Shared with the other columnar readers (:mod:`.mooncake_columns`): :func:`json_chunks`
+(JSONL chunks read with any schema) and :class:`ColumnSource` (what a reader's
+``column_source`` gives its consumers: chunks, a check by columns, the line parser).
 """
 
 from __future__ import annotations
