@@ -63,6 +63,7 @@ SUPPORTED = [
     ),  # fmt: skip
 ]
 
+
 def _parse(line: str):
     return build_parser().parse_args(shlex.split(line))
 
