@@ -34,7 +34,7 @@ _PEAK = (
     "import os, sys\n"
     "pid = os.fork()\n"
     "if pid == 0:\n"
-    "    os.execv(sys.executable, [sys.executable, '-m', 'litehit_service', *sys.argv[1:]])\n"
+    "    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
     "_, status, usage = os.wait4(pid, 0)\n"
     "print(f'peak-rss-kib {usage.ru_maxrss}', file=sys.stderr)\n"
     "sys.exit(os.waitstatus_to_exitcode(status))\n"
@@ -42,16 +42,21 @@ _PEAK = (
 
 
 def peak_run(
-    argv: Sequence[str], env: dict[str, str] | None = None, timeout: float | None = None
+    argv: Sequence[str],
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    launcher: Sequence[str] = ("-m", "litehit_service"),
 ) -> tuple[float, int, subprocess.CompletedProcess[str]]:
     """Wall seconds, peak RSS (bytes, from ``wait4``) and the finished process of
     ``litehit ARGV`` run by a small parent: a child's peak counts the pages of the process
     it was forked from until its ``exec`` (Linux keeps the high-water mark across it), so
     forking from a benchmark or a test that holds a trace would inflate it. The parent's
-    last stderr line carries the figure; the process's own stderr comes before it."""
+    last stderr line carries the figure; the process's own stderr comes before it.
+    ``launcher``: the interpreter's arguments before ``ARGV`` (a script that runs the CLI
+    otherwise, say)."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _PEAK, *argv], env=env, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _PEAK, *launcher, *argv], env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
     wall = time.perf_counter() - start
     kib = int(done.stderr.rsplit("peak-rss-kib ", 1)[1]) if "peak-rss-kib " in done.stderr else 0
     return wall, kib * 1024, done
@@ -212,3 +217,33 @@ def write_standard_copies(
                 n_keys += len(e.keys)
             out.write("".join(lines))
     return copies * len(events), n_keys
+
+
+def write_mooncake_copies(
+    path: str | os.PathLike[str], copies: int, trace: Path = DEFAULT_TRACE
+) -> tuple[int, int]:
+    """The Mooncake ``trace`` ``copies`` times over as one Mooncake JSONL trace at ``path``,
+    the records :func:`write_standard_copies` writes in Mooncake's own form: copy c has
+    fresh ids (``id + c * 2**40``, the partial last block's too) and comes after copy c - 1
+    in time (the trace's span + 1 ms apart, ms from 0 as Mooncake's clock); ``input_length``
+    and ``output_length`` as they are. Returns (records, ids). O(output)."""
+    if os.path.abspath(path).startswith(os.path.abspath(SHARED)):
+        raise ValueError(f"refusing to write into the shared folder: {path}")
+    with open(trace, "rb") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    start = rows[0]["timestamp"]
+    span = rows[-1]["timestamp"] - start + 1
+    n_ids = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for c in range(copies):
+            shift, lines = c << 40, []
+            for r in rows:
+                ids = ", ".join(str(k + shift) for k in r["hash_ids"])
+                lines.append(
+                    f'{{"timestamp": {r["timestamp"] - start + c * span}, "input_length": '
+                    f'{r["input_length"]}, "output_length": {r["output_length"]}, '
+                    f'"hash_ids": [{ids}]}}\n'
+                )
+                n_ids += len(r["hash_ids"])
+            out.write("".join(lines))
+    return copies * len(rows), n_ids

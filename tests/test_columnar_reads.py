@@ -200,5 +200,7 @@ def test_replay_reads_the_same_events_by_columns(tmp_path, name) -> None:
         return out, None
 
     by_lines = events(inline_batches(str(path), "standard", 16, "a", False, 1 << 20))
-    assert events(column_batches(str(path), False, 1 << 20, 500)) == by_lines
+    source = get_reader("standard").column_source(str(path), max_line_bytes=1 << 20,
+                                                  chunk_bytes=500)  # fmt: skip
+    assert events(column_batches(source, str(path), False)) == by_lines
     assert len(by_lines[0]) >= 17

@@ -1,6 +1,6 @@
 """Trace lines parsed for the offline replay, in batches and in input order.
 
-:func:`column_batches` reads a standard trace (JSONL or Parquet) by columns;
+:func:`column_batches` reads a trace by columns (standard JSONL or Parquet, Mooncake);
 :func:`inline_batches` parses in the calling process; :func:`pool_batches` in worker
 processes (``workers x`` :data:`BATCH_LINES` lines in flight, results consumed in input
 order, the workers deaf to SIGINT/SIGTERM so the replaying process decides when they
@@ -15,12 +15,15 @@ import multiprocessing
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litehit_core import LocatedError
 from litehit_service.litehit.config import ReplayConfig
 from litehit_service.offline.pool import stop_signals_held, worker_signals
 from litehit_service.traces.readers import open_trace, parse_lines, read_lmcache, trace_lines
+
+if TYPE_CHECKING:
+    from litehit_service.traces.readers.columns import ColumnSource
 
 __all__ = [
     "BATCH_LINES",
@@ -149,27 +152,22 @@ def pool_batches(
                 fut.cancel()
 
 
-def column_batches(
-    path: str, sizes: bool, max_line_bytes: int, chunk_bytes: int | None = None
-) -> Iterator[Batch]:
-    """A standard trace (JSONL, compressed or Parquet) by columns
-    (:func:`~litehit_service.traces.readers.columns.standard_chunks`): each chunk whose
+def column_batches(source: ColumnSource, path: str, sizes: bool) -> Iterator[Batch]:
+    """A trace by columns (the reader's :class:`~litehit_service.traces.readers.columns.
+    ColumnSource`: standard JSONL, compressed or Parquet; Mooncake JSONL): each chunk whose
     columns keep the format's rules becomes its events without a Python parse per line;
-    any other goes through the line parser, which names its bad line. The events are
-    those :func:`inline_batches` gives, field for field. ``chunk_bytes``: JSON per batch
-    (default the reader's). O(bytes) in pyarrow and numpy,
+    any other goes through the format's line parser, which names its bad line. The events
+    are those :func:`inline_batches` gives, field for field (a record without a
+    ``trace_id`` column gets its line number). O(bytes) in pyarrow and numpy,
     ~0.2 us a record and ~20 ns a key in Python."""
-    from litehit_service.traces.readers.columns import standard_chunks, standard_columns
     from litehit_service.traces.readers.jsonl import parse_numbered
     from litehit_service.traces.readers.records import EVENT_KINDS
-    from litehit_service.traces.readers.standard import parse_standard_line
 
-    _, _, chunks = standard_chunks(path, max_line_bytes, chunk_bytes)
-    for chunk in chunks:
-        cols = standard_columns(chunk.table) if chunk.table is not None else None
+    for chunk in source.chunks:
+        cols = source.columns(chunk.table) if chunk.table is not None else None
         if cols is None:
             events, error = parse_numbered(chunk.lines(), chunk.first_line, path,
-                                           parse_standard_line, True)  # fmt: skip
+                                           source.parse, True)  # fmt: skip
             yield events, error, chunk.done if sizes else 0
             if error is not None:
                 return
@@ -178,8 +176,11 @@ def column_batches(
         first = chunk.first_line
         lines = range(first, first + n)
         trace = chunk.table.column("trace_id") if "trace_id" in chunk.table.column_names else None
-        ids = trace.to_pylist() if trace is not None else [None] * n
-        ids = [str(line) if tid is None else tid for line, tid in zip(lines, ids, strict=True)]
+        if trace is None:
+            ids = list(map(str, lines))
+        else:
+            ids = trace.to_pylist()
+            ids = [str(line) if tid is None else tid for line, tid in zip(lines, ids, strict=True)]
         flat = cols.keys.tolist()
         bounds = cols.offsets.tolist()
         keys = [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]

@@ -21,10 +21,12 @@ timestamp, unknown instance, length rule) or a trace without requests raises
 :class:`LocatedError` (``path:line: reason``) and publishes nothing.
 
 A standard trace (JSONL, compressed, Parquet) is read by columns with pyarrow
-(:func:`~litehit_service.litehit.parsing.column_batches`), the line parser only for a
-doubtful chunk. ``pipeline_worker_count > 1`` parses lines in worker processes instead
-(batches of ``workers x 256`` lines, results consumed in input order); the replay itself
-stays serial in the calling process, so the ledger is byte-identical to a one-worker run.
+(:func:`~litehit_service.litehit.parsing.column_batches`, any reader's column source with
+``events_by_columns``), the line parser only for a doubtful chunk; Mooncake line by line
+(its orjson line parser makes the events faster than pyarrow plus the conversion).
+``pipeline_worker_count > 1`` parses lines in worker processes instead (batches of
+``workers x 256`` lines, results consumed in input order); the replay itself stays serial
+in the calling process, so the ledger is byte-identical to a one-worker run.
 Normalisation (prefix chaining, re-blocking) stays in ``trace_query``: the manager chains
 keys with the group's ``enable_prefix_hash`` itself, so keys normalised elsewhere would be
 chained twice.
@@ -275,10 +277,21 @@ def run_replay(
         batches = pool_batches(
             path, fmt, config.block_size, default_id, progress, workers, max_line_bytes
         )
-    elif reader.columnar:  # standard JSONL or Parquet: pyarrow's threads, no line loop
-        batches = column_batches(path, progress, max_line_bytes, REPLAY_CHUNK_BYTES)
-    else:
-        batches = inline_batches(path, fmt, config.block_size, default_id, progress, max_line_bytes)
+    else:  # standard JSONL or Parquet: by columns (pyarrow's threads), no line loop
+        source = None
+        if reader.events_by_columns:
+            source = reader.column_source(
+                path,
+                max_line_bytes=max_line_bytes,
+                chunk_bytes=REPLAY_CHUNK_BYTES,
+                block_size=config.block_size,
+                instance_id=default_id,
+            )
+        if source is not None:
+            batches = column_batches(source, path, progress)
+        else:
+            batches = inline_batches(path, fmt, config.block_size, default_id, progress,
+                                     max_line_bytes)  # fmt: skip
 
     facts_path = Path(config.output_result_path) / FACTS_FILENAME
     bar = _progress_bar(path, whole, progress)

@@ -2,9 +2,9 @@
 
 :func:`trace_batches` reads a trace in batches of records and gives each as a
 :class:`Batch` of flat arrays, checked and routed to the configured instances: the
-standard format (JSONL, compressed or Parquet) by columns
-(:func:`~litehit_service.traces.readers.columns.standard_chunks`), checked with numpy on
-whole columns (:func:`table_batch`); any chunk the column checks doubt -- a null where a
+standard format (JSONL, compressed or Parquet) and Mooncake JSONL by columns (the
+reader's :class:`~litehit_service.traces.readers.columns.ColumnSource`), checked with numpy
+on whole columns (:func:`columns_batch`); any chunk the column checks doubt -- a null where a
 value is required, a value out of range, a key count past its prompt, a mask of the wrong
 length, a TTL on a get, an unconfigured instance -- and every other format go through the
 line parser and :func:`event_batch`, which raises the located error
@@ -22,10 +22,10 @@ key, ~50 per record) besides the reader's chunk.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -33,11 +33,15 @@ from litehit_core import LocatedError
 from litehit_core.policy_replay.loop import GET, REQUEST, WRITE
 from litehit_service.traces.readers.records import EVENT_KINDS, TraceEvent, TraceReader
 
+if TYPE_CHECKING:
+    from litehit_service.traces.readers.columns import ColumnSource, StandardColumns
+
 __all__ = [
     "EVENTS_PER_BATCH",
     "Batch",
     "Routing",
     "TraceBatches",
+    "columns_batch",
     "concat_batches",
     "event_batch",
     "table_batch",
@@ -97,17 +101,24 @@ def table_batch(table: Any, first_line: int, routing: Routing) -> Batch | None:
     ``first_line``), or None when a row needs the line parser's judgement (module
     docstring): the format's rules (:func:`~litehit_service.traces.readers.columns.
     standard_columns`), then the routing's (a configured instance, keys that fit the
-    prompt). ``routing.ttl_index`` grows only when a batch is returned. O(rows + keys)
-    numpy passes, no Python object per row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    prompt: :func:`columns_batch`). ``routing.ttl_index`` grows only when a batch is
+    returned. O(rows + keys) numpy passes, no Python object per row."""
     from litehit_service.traces.readers.columns import standard_columns
 
     cols = standard_columns(table)
-    if cols is None:
-        return None
-    n = table.num_rows
+    return None if cols is None else columns_batch(cols, first_line, routing)
+
+
+def columns_batch(cols: StandardColumns, first_line: int, routing: Routing) -> Batch | None:
+    """The batch of a chunk's checked columns (any columnar format's,
+    :class:`~litehit_service.traces.readers.columns.ColumnSource`; one row per line from
+    ``first_line``), or None when a row breaks the routing's rules (an unconfigured
+    instance, more keys than the prompt holds at its instance's block size).
+    ``routing.ttl_index`` grows only when a batch is returned. O(rows + keys) numpy."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(cols.kinds)
     kinds = _KIND_CODES[cols.kinds]
     if routing.route is not None:
         insts = np.full(n, routing.index[routing.route], dtype=np.int32)
@@ -241,32 +252,38 @@ def trace_batches(
     reader: TraceReader,
     path: str,
     routing: Routing,
-    events: Iterable[TraceEvent] | None,
+    events: Iterable[TraceEvent] | Callable[[], Iterable[TraceEvent]] | None,
     *,
     max_line_bytes: int,
+    options: Mapping[str, Any] | None = None,
 ) -> TraceBatches:
     """The batches of the trace at ``path`` (module docstring): by columns when the
-    ``reader`` is columnar, else from ``events`` (the reader's, opened by the caller with
-    its options) :data:`EVENTS_PER_BATCH` at a time."""
-    if reader.columnar:
-        from litehit_service.traces.readers.columns import standard_chunks
-
-        unit, total, chunks = standard_chunks(path, max_line_bytes)
-        parse = reader.line_parser()
-        return TraceBatches(unit, total, _columnar(chunks, parse, routing))
+    ``reader`` gives a column source (:meth:`~litehit_service.traces.readers.records.
+    TraceReader.column_source`, its ``options`` bound: a Mooncake trace's ``block_size``
+    and ``instance_id``), else from ``events`` (the reader's, opened by the caller with
+    its options, or a function that opens them, called only then)
+    :data:`EVENTS_PER_BATCH` at a time."""
+    source = reader.column_source(path, max_line_bytes=max_line_bytes, **(options or {}))
+    if source is not None:
+        return TraceBatches(source.unit, source.total, _columnar(source, routing))
+    if callable(events):
+        events = events()
     assert events is not None
     return TraceBatches("records", None, _grouped(iter(events), routing))
 
 
-def _columnar(chunks: Iterator[Any], parse: Any, routing: Routing) -> Iterator[tuple[Batch, int]]:
+def _columnar(source: ColumnSource, routing: Routing) -> Iterator[tuple[Batch, int]]:
     from litehit_service.traces.readers.jsonl import parse_numbered
 
-    for chunk in chunks:
+    for chunk in source.chunks:
         batch = None
         if chunk.table is not None:
-            batch = table_batch(chunk.table, chunk.first_line, routing)
+            cols = source.columns(chunk.table)
+            if cols is not None:
+                batch = columns_batch(cols, chunk.first_line, routing)
         if batch is None:
-            events, error = parse_numbered(chunk.lines(), chunk.first_line, routing.path, parse)
+            events, error = parse_numbered(chunk.lines(), chunk.first_line, routing.path,
+                                           source.parse)  # fmt: skip
             batch = event_batch(events, routing)  # the routing errors of the good lines first
             if error is not None:
                 raise error

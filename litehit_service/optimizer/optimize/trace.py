@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -103,8 +104,15 @@ def open_trace_batches(
         expires=np.array([i.policy.expires for i in instances], dtype=bool),
         default_ttl=np.array([config.groups[g].default_ttl_ns for g in group_of], dtype=np.int64),
     )
-    events = None if reader.columnar else _events(reader, path, route, config, max_line_bytes)
-    batches = trace_batches(reader, path, routing, events, max_line_bytes=max_line_bytes)
+    options = _options(reader, route, config)
+    batches = trace_batches(
+        reader,
+        os.fspath(path),
+        routing,
+        lambda: _events(reader, path, route, options, config, max_line_bytes),
+        max_line_bytes=max_line_bytes,
+        options=options,
+    )
     return routing, batches, reader.name
 
 
@@ -125,16 +133,27 @@ def load_trace(
     return sorted_trace(whole, routing.ttl_values, routing.path, name)
 
 
-def _events(
-    reader: TraceReader, path: str, route: str | None, config: OptimizeConfig, max_line_bytes: int
-) -> Iterable[TraceEvent]:
-    options: dict[str, object] = {}
+def _options(reader: TraceReader, route: str | None, config: OptimizeConfig) -> dict[str, Any]:
+    """The reader's options for a trace routed to ``route``: its instance id and block
+    size, for a format that takes them."""
+    options: dict[str, Any] = {}
     if "instance_id" in reader.options and route is not None:
         options["instance_id"] = route
     if "block_size" in reader.options and route is not None:
         options["block_size"] = next(
             i.block_size for i in config.instances if i.instance_id == route
         )
+    return options
+
+
+def _events(
+    reader: TraceReader,
+    path: str,
+    route: str | None,
+    options: dict[str, Any],
+    config: OptimizeConfig,
+    max_line_bytes: int,
+) -> Iterable[TraceEvent]:
     if reader.sizes_in_trace:
         events, sizes = reader.read_sized(path, max_line_bytes=max_line_bytes, **options)
         block_sizes = {i.instance_id: i.block_size for i in config.instances}

@@ -7,7 +7,10 @@ line raises :class:`~litehit_core.LocatedError` whose text is exactly
 - :mod:`.records`: :class:`TraceEvent`, the int64 bounds, the :class:`TraceReader` interface;
 - :mod:`.jsonl`: the shared line loop (UTF-8, BOM, ``max_line_bytes``) and error reporting;
 - :mod:`.standard`: LiteHit's standard JSONL (get / request / write), read and written;
-- :mod:`.mooncake`: Mooncake FAST'25 traces;
+- :mod:`.mooncake`: Mooncake FAST'25 traces, with :mod:`.mooncake_columns` (by columns:
+  pyarrow chunks, the line parser as the slow path);
+- :mod:`.columns`: a standard trace (JSONL or Parquet) by columns, and the pieces every
+  columnar reader shares (JSONL chunks, :class:`~.columns.ColumnSource`);
 - :mod:`.lmcache`: LMCache lookup-hash logs, whole (files, directory, sort), with
   :mod:`.lmcache_fields` (one line: the reference parser, units) and :mod:`.lmcache_columns`
   (the column-wise fast path);

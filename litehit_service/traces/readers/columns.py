@@ -14,6 +14,10 @@ int64, a duplicate field -- sends the chunk to the line parser), its bytes are v
 and hold no ``null`` (pyarrow cannot tell an explicit null from an absent field).
 pyarrow (multi-threaded, C++) parses ~250 MB/s on two cores where the line loop parses
 20-60 MB/s. Memory: one chunk (its bytes, its lines and its table).
+
+Shared with the other columnar readers (:mod:`.mooncake_columns`): :func:`json_chunks`
+(JSONL chunks read with any schema) and :class:`ColumnSource` (what a reader's
+``column_source`` gives its consumers: chunks, a check by columns, the line parser).
 """
 
 from __future__ import annotations
@@ -27,13 +31,15 @@ import numpy as np
 
 from litehit_core.lines import read_lines
 from litehit_service.traces.readers.compressed import container_of, container_or_none, open_bytes
-from litehit_service.traces.readers.records import EVENT_KINDS, INT64_MAX
+from litehit_service.traces.readers.records import EVENT_KINDS, INT64_MAX, LineParser
 
 __all__ = [
     "CHUNK_BYTES",
     "PARQUET_BATCH_ROWS",
+    "ColumnSource",
     "StandardColumns",
     "TableChunk",
+    "json_chunks",
     "json_schema",
     "memory_pool",
     "standard_chunks",
@@ -93,15 +99,38 @@ def standard_chunks(
     size = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     if container_or_none(path) == "parquet":
         return _parquet_chunks(path, max(PARQUET_BATCH_ROWS * size // CHUNK_BYTES, 1))
+    return json_chunks(path, max_line_bytes, json_schema(), chunk_bytes, nulls=False)
+
+
+def json_chunks(
+    path: str,
+    max_line_bytes: int,
+    schema: Any,
+    chunk_bytes: int | None = None,
+    *,
+    nulls: bool = True,
+) -> tuple[str, int | None, Iterator[TableChunk]]:
+    """``("bytes", total, chunks)`` of the JSONL file at ``path`` (plain, gzip'd or
+    zstd'd): chunks of whole lines, about ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of
+    JSON each, read by pyarrow with the explicit ``schema`` (other fields ignored); the
+    ``total`` bytes when known (None for a compressed file). A chunk gets no table when a
+    line is blank or holds more than one object, its bytes are not valid UTF-8, pyarrow
+    refuses it, or (``nulls=False``) it holds a ``null`` anywhere (for a format where an
+    explicit null and an absent field differ). The file is opened now (LocatedError at
+    line 0 when it cannot be); a line over ``max_line_bytes`` is the line reader's error
+    at its line. O(bytes) in pyarrow; memory: one chunk."""
+    size = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
     fh = open_bytes(path)
     total = None if container_of(path) is not None else os.path.getsize(path)
-    return "bytes", total, _json_chunks(fh, path, max_line_bytes, size)
+    return "bytes", total, _json_chunks(fh, path, max_line_bytes, size, schema, nulls)
 
 
-def _json_chunks(fh: Any, path: str, max_line_bytes: int, size: int) -> Iterator[TableChunk]:
+def _json_chunks(
+    fh: Any, path: str, max_line_bytes: int, size: int, schema: Any, nulls: bool
+) -> Iterator[TableChunk]:
     import pyarrow.json as pj
 
-    options = pj.ParseOptions(explicit_schema=json_schema(), unexpected_field_behavior="ignore")
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     line_no = 1
     with fh:
         pending: list[bytes] = []
@@ -110,22 +139,22 @@ def _json_chunks(fh: Any, path: str, max_line_bytes: int, size: int) -> Iterator
             pending += lines
             held += sum(map(len, lines))
             if held >= size:
-                yield _json_chunk(pending, held, line_no, options)
+                yield _json_chunk(pending, held, line_no, options, nulls)
                 line_no += len(pending)
                 pending, held = [], 0
         if pending:
-            yield _json_chunk(pending, held, line_no, options)
+            yield _json_chunk(pending, held, line_no, options, nulls)
 
 
-def _json_chunk(lines: list[bytes], size: int, first: int, options: Any) -> TableChunk:
+def _json_chunk(lines: list[bytes], size: int, first: int, options: Any, nulls: bool) -> TableChunk:
     import pyarrow as pa
     import pyarrow.json as pj
 
     data = b"".join(lines)
     table = None
-    # pyarrow reads an explicit null as an absent field; the line parser refuses some
-    # (``"ttl_us": null``) and takes others: a chunk with a null goes to the line parser
-    if b"null" not in data and (data.isascii() or _utf8(data)):
+    # pyarrow reads an explicit null as an absent field; the standard line parser refuses
+    # some (``"ttl_us": null``) and takes others: there a chunk with a null goes to it
+    if (nulls or b"null" not in data) and (data.isascii() or _utf8(data)):
         try:
             table = pj.read_json(
                 pa.BufferReader(data), parse_options=options, memory_pool=memory_pool()
@@ -215,6 +244,23 @@ class StandardColumns(NamedTuple):
 
 
 GET, REQUEST, WRITE = (EVENT_KINDS.index(k) for k in ("get", "request", "write"))
+
+
+class ColumnSource(NamedTuple):
+    """A trace read by columns, as a reader gives it
+    (:meth:`~litehit_service.traces.readers.records.TraceReader.column_source`): the
+    progress ``unit`` ("bytes" or "rows") and its ``total`` when known, the ``chunks`` in
+    file order, ``columns(table)`` (a chunk's records as :class:`StandardColumns`, every
+    rule of the format checked, or None at the first doubt) and ``parse`` (the format's
+    line parser, its options bound: the slow path that names a doubtful chunk's bad
+    line). A chunk's table may hold a ``trace_id`` column; without one, a record's
+    trace id is its line number."""
+
+    unit: str
+    total: int | None
+    chunks: Iterator[TableChunk]
+    columns: Callable[[Any], StandardColumns | None]
+    parse: LineParser
 
 
 def _column(table: Any, name: str) -> Any:

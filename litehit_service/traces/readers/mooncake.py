@@ -5,7 +5,11 @@ One JSON object per line: ``timestamp`` (milliseconds, relative, >= 0), ``input_
 block), ``output_length`` (ignored). Every line becomes a ``request`` event of one instance
 (``instance_id``, default ``"default"``): ms -> ns, the ids of the complete blocks as keys,
 the line number as ``trace_id``. Cost: O(bytes); per key a slice plus a C-level type and
-range check; ~12k lines parse in tens of ms.
+range check; ~12k lines parse in tens of ms. The policy replay (``optimize``,
+``tradeoff``, ``export-tree``, ``lifecycle``) reads it by columns (:mod:`.mooncake_columns`,
+pyarrow), this line parser being the slow path that takes a doubtful chunk and names its
+bad line; ``replay``, whose every record becomes Python objects, reads it line by line
+(``events_by_columns``: faster so, measured).
 """
 
 from __future__ import annotations
@@ -151,23 +155,31 @@ def read_mooncake(
     (``ValueError``); lines lazily, fail-fast (a line longer than ``max_line_bytes`` bytes
     is an error at its line). O(file size); ~12k lines parse in tens of ms.
     """
+    _check_options(block_size, instance_id, max_line_bytes)
+    return iter_events(os.fspath(path), _bound_parser(block_size, instance_id), max_line_bytes)
+
+
+def _check_options(block_size: int, instance_id: str, max_line_bytes: int) -> None:
     check_block_size(block_size)
     if type(instance_id) is not str or not instance_id:
         raise ValueError(f"instance_id must be a non-empty string, got {instance_id!r}")
     check_max_line_bytes(max_line_bytes)
-    return iter_events(os.fspath(path), _bound_parser(block_size, instance_id), max_line_bytes)
 
 
 class MooncakeReader(TraceReader):
     """The Mooncake FAST'25 trace: ms timestamps, ``input_length`` tokens, ``hash_ids`` per
     ``block_size`` tokens (partial last block included, dropped on reading); every line a
     ``request`` of instance ``instance_id``. Options ``block_size`` (default 512) and
-    ``instance_id`` (default ``"default"``); read lazily in file order. O(bytes)."""
+    ``instance_id`` (default ``"default"``); read lazily in file order, line by line
+    (:meth:`read`) or by columns (:meth:`column_source`). O(bytes)."""
 
     name = "mooncake"
     options = ("block_size", "instance_id")
     default_block_size = DEFAULT_BLOCK_SIZE
     default_time_offset_ns = 1_000_000  # its clock starts at 0
+    # replay's events come faster from the line parser (orjson on a short line) than from
+    # pyarrow plus the conversion to Python lists (bench/README.md, 2026-12-05)
+    events_by_columns = False
     names_instances = False
     example = (
         b'{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]}\n'
@@ -200,6 +212,27 @@ class MooncakeReader(TraceReader):
     ) -> LineParser:
         """:func:`parse_mooncake_line` with ``block_size`` and ``instance_id`` bound."""
         return _bound_parser(block_size, instance_id)
+
+    def column_source(
+        self,
+        path: str,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        chunk_bytes: int | None = None,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        instance_id: str = DEFAULT_INSTANCE_ID,
+        **ignored: Any,
+    ) -> Any:
+        """JSONL (plain or compressed) by columns
+        (:func:`~litehit_service.traces.readers.mooncake_columns.mooncake_source`), the
+        records :meth:`read` gives; the options checked as :func:`read_mooncake` does."""
+        from litehit_service.traces.readers.mooncake_columns import mooncake_source
+
+        _check_options(block_size, instance_id, max_line_bytes)
+        parse = _bound_parser(block_size, instance_id)
+        return mooncake_source(
+            os.fspath(path), max_line_bytes, chunk_bytes, block_size, instance_id, parse
+        )
 
 
 READER = MooncakeReader()

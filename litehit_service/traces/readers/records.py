@@ -92,10 +92,19 @@ class TraceReader:
     - ``default_time_offset_ns``: what ``convert`` adds to every timestamp unless told
       otherwise: 1 ms for a format whose clock starts at 0 (Mooncake: the standard format
       wants ``timestamp_ns > 0``), 0 for the others, whose values stay as they are;
-    - ``columnar``: the format's records can be read by columns
-      (:func:`~litehit_service.traces.readers.columns.standard_chunks`: pyarrow tables of
-      the standard fields, the line parser as the slow path) -- the standard format, in
-      JSONL or Parquet.
+    - ``columnar``: the format's chunks are pyarrow tables of the standard fields
+      (:func:`~litehit_service.traces.readers.columns.standard_chunks`, the line parser as
+      the slow path), which ``convert`` writes to Parquet as they are -- the standard
+      format, in JSONL or Parquet.
+
+    - ``events_by_columns``: reading by columns pays even when every record becomes a
+      Python event (``replay``); ``False`` for a format whose line parser makes the events
+      faster than pyarrow's decode plus the conversion to Python objects (Mooncake: orjson
+      on a short line, ``bench/README.md``), which ``replay`` then reads line by line.
+
+    :meth:`column_source` reads a format by columns (the standard format and Mooncake;
+    ``None`` for the others, read line by line): what the policy replay asks first, and
+    ``replay`` for a format with ``events_by_columns``.
 
     Whether the format takes an option (``block_size``, ``instance_id``, ``model``,
     ``kv_bytes_per_chunk``) is ``name in reader.options``.
@@ -110,6 +119,7 @@ class TraceReader:
     names_instances: ClassVar[bool] = True
     default_time_offset_ns: ClassVar[int] = 0
     columnar: ClassVar[bool] = False
+    events_by_columns: ClassVar[bool] = True
 
     def read(
         self,
@@ -134,6 +144,21 @@ class TraceReader:
         :func:`~litehit_service.traces.readers.registry.parse_lines`); ``None`` for a format
         that needs the whole input (sorting, pairing). Options the format does not take are
         ignored."""
+        return None
+
+    def column_source(
+        self,
+        path: str,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        chunk_bytes: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """The trace at ``path`` by columns, ``options`` bound as in :meth:`line_parser`:
+        a :class:`~litehit_service.traces.readers.columns.ColumnSource` (chunks of about
+        ``chunk_bytes`` of JSON, default the reader's; opened now, LocatedError at line 0
+        when the file cannot be), or ``None`` for a format read only line by line (the
+        default). Options the format does not take are ignored."""
         return None
 
     def read_sized(

@@ -260,5 +260,25 @@ class StandardReader(TraceReader):
         """:func:`parse_standard_line` (no options)."""
         return parse_standard_line
 
+    def column_source(
+        self,
+        path: str,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        chunk_bytes: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """JSONL (plain or compressed) or Parquet by columns:
+        :func:`~litehit_service.traces.readers.columns.standard_chunks` and
+        :func:`~litehit_service.traces.readers.columns.standard_columns` (no options)."""
+        from litehit_service.traces.readers.columns import (
+            ColumnSource,
+            standard_chunks,
+            standard_columns,
+        )
+
+        unit, total, chunks = standard_chunks(path, max_line_bytes, chunk_bytes)
+        return ColumnSource(unit, total, chunks, standard_columns, parse_standard_line)
+
 
 READER = StandardReader()
