@@ -2,8 +2,8 @@
 the trade-off's wall time. Not in CI (minutes on 2 cores).
 
 Usage: python bench/bench_sampling.py [--copies 10] [--bailian-requests 150000]
-       [--rates 0.05 0.01] [--seeds 4] [--thetas 0.01 0.02 0.05] [--no-cli]
-       [--workers 2]
+       [--rates 0.05 0.01] [--seeds 4] [--thetas 0.01 0.05] [--no-cli]
+       [--workers 2] [--only mooncake|bailian] [--policies lru ...]
 
 Two traces, one instance, 512-token blocks, eviction mode 3, batch 100, no delay:
 
@@ -18,7 +18,9 @@ Per trace, U = its unique blocks; per policy (lru, leaf_aware_lru, random_lru wi
 sample_rate 0.1, ttl with fallback_on_pressure and a 300 s default TTL) x quota (0.5 %,
 2 %, 8 %, 25 % of U): the exact replay's hit rate, and per R the sampled estimate of
 seed 0 alone (what ``--sample-seeds 1`` prints), the pooled estimate of ``--seeds``
-seeds, whether their band (lowest..highest seed) holds the exact value. Then the same
+seeds, whether their band (lowest..highest seed) holds the exact value (before them, the
+spread of one seed's estimate at infinite quota over ``--spread-seeds`` seeds, with the
+sampled units a seed holds). Then the same
 at R = 5 % with the other trunk shares (``--thetas``) and with the plain scaling R x Q
 (no trunk term), as summaries. Then (``--no-cli`` skips it) the wall time of ``litehit
 tradeoff --num-points 12 --eviction-policies leaf_aware_lru`` exact and with
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import peak_run, write_standard_copies  # noqa: E402
 from synthetic import Shape, SyntheticTrace  # noqa: E402
 
+from litehit_core.sampling import sampling_units  # noqa: E402
 from litehit_service.optimizer.optimize.config import load_optimize_config  # noqa: E402
 from litehit_service.optimizer.optimize.trace import load_trace  # noqa: E402
 from litehit_service.optimizer.sampling.scale import (  # noqa: E402
@@ -128,9 +131,9 @@ def quota_bytes(unique: int, share: float) -> int:
 
 
 def exact_table(cfgs: dict, unique: int, workers: int) -> dict:
-    trace = load_trace(next(iter(cfgs.values())), max_line_bytes=1 << 26)
-    ttl_trace = load_trace(cfgs["ttl"], max_line_bytes=1 << 26)
-    traces = {"plain": trace, "ttl": ttl_trace}
+    traces = {"plain": load_trace(next(iter(cfgs.values())), max_line_bytes=1 << 26)}
+    if "ttl" in cfgs:
+        traces["ttl"] = load_trace(cfgs["ttl"], max_line_bytes=1 << 26)
     tasks = []
     for policy, cfg in cfgs.items():
         for share in QUOTAS:
@@ -147,17 +150,17 @@ def sampled_table(
     """(policy, share) -> Estimate over the seeds."""
     opts = SampleOptions(rate, seeds, theta)
     start = time.perf_counter()
-    samples = {
-        "plain": load_sampled(cfgs["lru"], opts, max_line_bytes=1 << 26),
-        "ttl": load_sampled(cfgs["ttl"], opts, max_line_bytes=1 << 26),
-    }
+    first = next(iter(cfgs.values()))
+    samples = {"plain": load_sampled(first, opts, max_line_bytes=1 << 26)}
+    if "ttl" in cfgs:
+        samples["ttl"] = load_sampled(cfgs["ttl"], opts, max_line_bytes=1 << 26)
     read_s = time.perf_counter() - start
     traces, trunks = {}, {}
     for key, s in samples.items():
         for k in range(seeds):
             t = seed_trace(s, k)
             traces[f"{key}#{k}"] = t
-            trunks[f"{key}#{k}"] = [0] if plain else trunk_bytes(cfgs["lru"], t, s.trunk)
+            trunks[f"{key}#{k}"] = [0] if plain else trunk_bytes(first, t, s.trunk)
     tasks = []
     for policy, cfg in cfgs.items():
         key = "ttl" if policy == "ttl" else "plain"
@@ -217,6 +220,32 @@ def summary(exact: dict, est: dict) -> str:
     )
 
 
+def spread(cfg, rates: list[float], seeds: int, workers: int) -> None:
+    """The spread of one seed's estimate at infinite quota (lru): over ``seeds`` seeds, the
+    mean and sd of the estimate against the exact value, and the sampled units (distinct
+    sampling keys kept) per seed: what the README's rule for R rests on."""
+    whole = load_trace(cfg, max_line_bytes=1 << 26)
+    inf = at_capacity(cfg, [-1])
+    exact = run_cells([("x", ReplayTask("w", "lru", -1, inf))], {"w": whole}, 1)[0].hit_rate
+    del whole
+    for rate in rates:
+        s = load_sampled(cfg, SampleOptions(rate, seeds), max_line_bytes=1 << 26)
+        traces = {f"s{k}": seed_trace(s, k) for k in range(seeds)}
+        units = []
+        for t in traces.values():
+            r = t.records
+            lines = np.arange(len(r.kinds))
+            keys, below = sampling_units(r.key_off, r.keys, s.trunk, lines)
+            units.append(len(np.unique(keys[below])) + int((~below).sum()))
+        tasks = [(k, ReplayTask(k, "lru", -1, inf)) for k in traces]
+        rates_k = [p.hit_rate * 100 for p in run_cells(tasks, traces, workers)]
+        sd = statistics.stdev(rates_k)
+        u = statistics.mean(units)
+        print(f"  R={rate:g}: exact {exact * 100:.2f} %, {seeds} seeds mean "
+              f"{statistics.mean(rates_k):.2f} %, sd {sd:.2f} points; sampled units "
+              f"{u:,.0f} a seed; sd x sqrt(units) = {sd * u**0.5:.0f}", flush=True)  # fmt: skip
+
+
 def cli_walls(folder: Path, trace: Path) -> None:
     cfg = folder / "cli.json"
     cfg.write_text(json.dumps(config_json(trace, "leaf_aware_lru", folder / "cli_out")))
@@ -244,7 +273,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-cli", action="store_true")
     ap.add_argument("--only", choices=("mooncake", "bailian"), default=None)
+    ap.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
+    ap.add_argument("--spread-seeds", type=int, default=30)
+    ap.add_argument("--no-errors", action="store_true", help="only the spread and the CLI")
     args = ap.parse_args()
+    for name in [p for p in POLICIES if p not in args.policies]:
+        del POLICIES[name]
     print(f"bench_sampling: {time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.2f}, "
           f"{os.cpu_count()} CPUs")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
@@ -260,12 +294,15 @@ def main() -> None:
             traces["Bailian-like"] = bail
         for name, path in traces.items():
             cfgs = configs(folder, path)
-            whole = load_trace(cfgs["lru"], max_line_bytes=1 << 26)
+            whole = load_trace(next(iter(cfgs.values())), max_line_bytes=1 << 26)
             unique = len(np.unique(whole.records.keys))
             n_req, n_keys = len(whole.records.kinds), len(whole.records.keys)
             print(f"\n## {name}: {n_req:,} requests, {n_keys:,} keys, {unique:,} unique blocks",
                   flush=True)  # fmt: skip
             del whole
+            spread(next(iter(cfgs.values())), args.rates, args.spread_seeds, args.workers)
+            if args.no_errors:
+                continue
             start = time.perf_counter()
             exact = exact_table(cfgs, unique, args.workers)
             print(f"  exact: {len(exact)} replays {time.perf_counter() - start:.1f} s", flush=True)
