@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,8 @@ def write_case(tmp: Path, records: list[dict], *, policy: str = "leaf_aware_lru"
     groups = [
         {"group_name": "g", "quota_capacity": quota, "used_percentage": used,
          "instances": [inst("a"), inst("b")]},
-        {"group_name": "h", "quota_capacity": quota / 2, "instances": [inst("c")]},
+        {"group_name": "h", "quota_capacity": quota / 2, "used_percentage": used,
+         "instances": [inst("c")]},
     ]  # fmt: skip
     if tiers:
         groups[1]["tier_strategy"] = {"hierarchical_eviction_enabled": True}
@@ -272,6 +274,25 @@ def test_rate_one_equals_the_exact_replay_byte_for_byte(tmp_path, capsys):
     assert [(p["capacity_bytes"], p["hit_rate"]) for p in sa["points"]] == [
         (p["capacity_bytes"], p["hit_rate"]) for p in ex["points"]
     ]
+
+
+def test_tiered_group_at_rate_one_and_its_tier_estimates(tmp_path, capsys):
+    """A tiered group (h: hbm and ssd) at R = 1 gives the exact tables byte for byte, and
+    a sample labels each tier's share as an estimate with its band. Catches: a tier's
+    capacity scaled without used_percentage (folded into the group's, then set to 1),
+    tier estimates printed as exact figures."""
+    path = write_case(tmp_path, shared_root_records(300), used=0.6, quota=0.04, tiers=True)
+    assert run("optimize", str(path), "-o", str(tmp_path / "exact"), "--max-workers", "1") == 0
+    assert run("optimize", str(path), "-o", str(tmp_path / "s"), "--sample-rate", "1") == 0
+    exact = files(tmp_path / "exact", "*_hit_rates.csv")
+    assert b"Tier1(ssd)_HitTokens" in exact["c_hit_rates.csv"]
+    assert files(tmp_path / "s" / "sample-r1-seed0", "*_hit_rates.csv") == exact
+    capsys.readouterr()
+    assert run("optimize", str(path), "-o", str(tmp_path / "s"), "--sample-rate", "0.5",
+               "--sample-seeds", "2") == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert re.search(r"tier 0 \(hbm\): served ≈ \d+\.\d\d% \(.*over 2 seeds\)", text), text
+    assert re.search(r"tier 1 \(ssd\): served ≈ ", text)
 
 
 def test_estimates_and_bands_labelled_in_every_output(tmp_path, capsys):

@@ -176,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
     )
     say_plan("optimize", config.trace_file_path, PLAN_MB_PER_S, out_dir)
     if args.sample_rate is not None:
-        return _run_sampled(args, config, out_dir, workers, start)
+        # the sample is small: the seeds run on every CPU whatever the trace's size
+        return _run_sampled(args, config, out_dir, args.max_workers or default_workers(), start)
     if args.sample_seeds != 1:
         raise UsageError(f"--sample-seeds {args.sample_seeds} needs --sample-rate")
     trace = None

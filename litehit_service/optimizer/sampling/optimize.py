@@ -64,12 +64,16 @@ class SampledOptimize:
     sampled: SampledTrace
     trunk_bytes: tuple[tuple[int, ...], ...]
 
-    def estimate(self, index: int) -> Estimate:
-        """Instance ``index``'s hit rate over the seeds."""
-        return Estimate(
-            tuple(r.instances[index].rows.hit_tokens for r in self.results),
-            tuple(r.instances[index].rows.total_input_tokens for r in self.results),
+    def estimate(self, index: int, tier: int | None = None) -> Estimate:
+        """Instance ``index``'s hit rate over the seeds (``tier``: the share of input
+        tokens that tier served)."""
+        rows = [r.instances[index].rows for r in self.results]
+        hits = (
+            tuple(r.hit_tokens for r in rows)
+            if tier is None
+            else tuple(int(r.tier_hit_tokens[tier]) for r in rows)
         )
+        return Estimate(hits, tuple(r.total_input_tokens for r in rows))
 
 
 def run_sampled(config: OptimizeConfig, sampled: SampledTrace, *, workers: int) -> SampledOptimize:
@@ -114,6 +118,8 @@ def sampled_text(run: SampledOptimize) -> str:
             f"{r.instance_id:<20} {r.policy:<15} {int(s.reads[index]):>9} {sampled_reads:>9}  "
             f"{run.estimate(index).text()}"
         )
+        for tier, name in enumerate(r.tier_names):
+            lines.append(f"  tier {tier} ({name}): served {run.estimate(index, tier).text()}")
     return "\n".join(lines)
 
 
@@ -141,6 +147,15 @@ def sampled_json(run: SampledOptimize, extra: dict[str, object] | None = None) -
                 "sampled_reads": [x.instances[index].rows.reads for x in run.results],
                 "sampled_input_tokens": list(est.inputs),
                 "sampled_hit_tokens": list(est.hits),
+                "tiers": [
+                    {
+                        "name": name,
+                        "hit_rate": (t := run.estimate(index, k)).rate,
+                        "hit_rate_low": t.low,
+                        "hit_rate_high": t.high,
+                    }
+                    for k, name in enumerate(r.tier_names)
+                ],  # fmt: skip
                 "sampled_capacity_blocks": [
                     x.instances[index].capacity_blocks for x in run.results
                 ],  # fmt: skip
