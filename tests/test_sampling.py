@@ -320,7 +320,7 @@ def test_estimates_and_bands_labelled_in_every_output(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "every hit rate is an estimate" in text and "over 2 seeds)" in text
     assert sorted(p.name for p in (t / "pareto").iterdir()) == [
-        "sampled_curve_total.csv", "sampled_curve_total.png",
+        "sampled_curve_total.csv", "sampled_curve_total.png", "sampled_multi_policy_total.png",
     ]  # fmt: skip
     rows = list(csv.DictReader(io.StringIO((t / "pareto/sampled_curve_total.csv").read_text())))
     points = [r for r in rows if r["kind"] == "point"]

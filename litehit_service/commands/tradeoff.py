@@ -220,13 +220,17 @@ def _run_sampled(args: argparse.Namespace, config: Any, out_dir: str, start: flo
     from litehit_service.optimizer.tradeoff.pool import default_workers
     from litehit_service.optimizer.tradeoff.sampled import (
         SAMPLED_CSV,
+        SAMPLED_MULTI_PNG,
         SAMPLED_PNG,
         run_sampled_tradeoff,
         sampled_csv,
         sampled_json,
         sampled_text,
     )
-    from litehit_service.optimizer.tradeoff.sampled_plot import sampled_figure
+    from litehit_service.optimizer.tradeoff.sampled_plot import (
+        sampled_figure,
+        sampled_multi_figure,
+    )
     from litehit_service.optimizer.tradeoff.sweep import (
         TradeoffOptions,
         loading_config,
@@ -257,8 +261,10 @@ def _run_sampled(args: argparse.Namespace, config: Any, out_dir: str, start: flo
     load_kernels("policy-replay")  # before any fork: the workers inherit them
     result = run_sampled_tradeoff(config, sampled, options)
     title = _title(args, config, "total")
-    files = write_files(out_dir, {SAMPLED_CSV: sampled_csv(result)},
-                        {SAMPLED_PNG: sampled_figure(result, title)})  # fmt: skip
+    figures = {SAMPLED_PNG: sampled_figure(result, title)}
+    if len(result.curves) > 1:
+        figures[SAMPLED_MULTI_PNG] = sampled_multi_figure(result, title)
+    files = write_files(out_dir, {SAMPLED_CSV: sampled_csv(result)}, figures)
     extra = {"output_dir": out_dir, "hit_rate_type": "total", "files": files}
     print(sampled_json(result, extra) if args.json else sampled_text(result))
     points = sum(len(c.points) for c in result.curves)

@@ -19,7 +19,8 @@ All replays (policies x seeds x (1 + points)) go to the trade-off's pool
 (:class:`~.pool.TradeoffPool`, forked processes inheriting the samples). Outputs, all or
 nothing, under names no exact run writes: ``pareto/sampled_curve_total.csv`` (per point
 the estimate and the band, ``sample_rate``, ``sample_seeds``; :data:`SAMPLED_HEADER`) and
-``pareto/sampled_curve_total.png`` (:mod:`.sampled_plot`). LiteHit's exact reference
+``pareto/sampled_curve_total.png`` (with several policies also
+``pareto/sampled_multi_policy_total.png``; :mod:`.sampled_plot`). LiteHit's exact reference
 curves need the whole trace: not drawn. Cost: K x (1 + points) replays of ~R of the trace
 per policy.
 """
@@ -61,6 +62,7 @@ from litehit_service.optimizer.tradeoff.sweep import (
 __all__ = [
     "SAMPLED_CSV",
     "SAMPLED_HEADER",
+    "SAMPLED_MULTI_PNG",
     "SAMPLED_PNG",
     "SampledCurve",
     "SampledTradeoff",
@@ -72,6 +74,7 @@ __all__ = [
 
 SAMPLED_CSV = os.path.join("pareto", "sampled_curve_total.csv")
 SAMPLED_PNG = os.path.join("pareto", "sampled_curve_total.png")
+SAMPLED_MULTI_PNG = os.path.join("pareto", "sampled_multi_policy_total.png")
 SAMPLED_HEADER = (
     "policy,kind,capacity_bytes,capacity_gib,hit_rate,hit_rate_low,hit_rate_high,"
     "sampled_hit_tokens,sampled_input_tokens,sample_rate,sample_seeds"
