@@ -31,6 +31,7 @@ from litehit_service.commands.options import (
     add_config,
     add_max_workers,
     add_output_dir,
+    add_sample_options,
     add_trace_options,
     config_path,
     positive_int,
@@ -123,6 +124,7 @@ def register(subparsers: Any) -> None:
         "never-hit life's LastAccessTimeUs; one more replay, in analysis mode; --json adds "
         "their statistics)",
     )
+    add_sample_options(p)
     p.set_defaults(func=run)
 
 
@@ -173,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
         1 if text_bytes(config.trace_file_path) >= PLAN_BYTES else default_workers()
     )
     say_plan("optimize", config.trace_file_path, PLAN_MB_PER_S, out_dir)
+    if args.sample_rate is not None:
+        # the sample is small: the seeds run on every CPU whatever the trace's size
+        return _run_sampled(args, config, out_dir, args.max_workers or default_workers(), start)
+    if args.sample_seeds != 1:
+        raise UsageError(f"--sample-seeds {args.sample_seeds} needs --sample-rate")
     trace = None
     if args.compare_exact or runs_in_parallel(config, workers, args.executor):
         trace = load_trace(
@@ -269,6 +276,54 @@ def run(args: argparse.Namespace) -> int:
         ),
         file=sys.stderr,
     )
+    return 0
+
+
+SAMPLED_EXCLUSIVE = (
+    "draw_chart", "aggregate_window_s", "export_lifecycle", "compare_exact",
+)  # fmt: skip
+"""Options a sampled run refuses in this slice (issue 37): each reads every row or the
+whole trace."""
+
+
+def _run_sampled(
+    args: argparse.Namespace, config: Any, out_dir: str, workers: int, start: float
+) -> int:
+    """``--sample-rate``: read the trace once, sample it for every seed, replay the seeds
+    in parallel, write each seed's tables into its own folder, print the estimates
+    (:mod:`litehit_service.optimizer.sampling.optimize`)."""
+    from litehit_service.offline.kernels import load_kernels
+    from litehit_service.offline.outputs import run_line
+    from litehit_service.optimizer.sampling.optimize import (
+        run_sampled,
+        sampled_json,
+        sampled_text,
+        write_sampled,
+    )
+    from litehit_service.optimizer.sampling.trace import SampleOptions, load_sampled
+
+    for name in SAMPLED_EXCLUSIVE:
+        if getattr(args, name) not in (None, False):
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} reads every row of the exact replay: not with --sample-rate")
+    if args.executor != "local":
+        raise UsageError("--sample-rate runs its seeds in local processes: not with --executor ray")
+    options = SampleOptions(args.sample_rate, args.sample_seeds)
+    sampled = load_sampled(
+        config, options, trace_format=args.trace_format, instance=args.instance,
+        max_line_bytes=args.max_line_bytes,
+    )  # fmt: skip
+    load_kernels("policy-replay")  # before any fork: the workers inherit them
+    result = run_sampled(config, sampled, workers=workers)
+    write_sampled(result, out_dir, args.output_format)
+    print(sampled_json(result) if args.json else sampled_text(result))
+    reads = int(sampled.reads.sum())
+    print(
+        run_line("optimize", reads, "reads",
+                 f"{len(config.instances)} instances, sampled R = {options.rate:g} x "
+                 f"{options.seeds} seed(s)", time.perf_counter() - start, out_dir),
+        file=sys.stderr,
+    )  # fmt: skip
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "add_max_workers",
     "add_option",
     "add_output_dir",
+    "add_sample_options",
     "add_output_file",
     "add_server_options",
     "add_touch_order",
@@ -54,6 +56,8 @@ __all__ = [
     "non_negative_int",
     "positive_int",
     "required_options",
+    "sample_rate",
+    "sample_seeds",
     "trace_format",
 ]
 
@@ -374,6 +378,53 @@ def _max_line_bytes(text: str) -> int:
         value = 0
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be an integer > 0, got {text!r}")
+    return value
+
+
+def add_sample_options(parser: Any) -> None:
+    """``--sample-rate R`` (``args.sample_rate``, None: the exact replay) and
+    ``--sample-seeds K`` (``args.sample_seeds``, default 1) of a command whose replays
+    can run on a spatial sample of the trace (issue 37)."""
+    parser.add_argument(
+        "--sample-rate",
+        type=sample_rate,
+        default=None,
+        metavar="R",
+        help="replay a sample of the trace instead of all of it: the requests below the "
+        "shared trunk kept by a hash of their first non-trunk block at rate R (0 < R <= 1), "
+        "capacities scaled to match; the hit rates are estimates, marked as such (default: "
+        "none, the exact replay; 1: every record, the exact numbers through the sampled path)",
+    )
+    parser.add_argument(
+        "--sample-seeds",
+        type=sample_seeds,
+        default=1,
+        metavar="K",
+        help="with --sample-rate, replay K independent samples (hash salts 0..K-1) in "
+        "parallel processes; the estimate pools them and the band is the lowest..highest "
+        "seed (1 to 64; default 1)",
+    )
+
+
+def sample_rate(text: str) -> float:
+    """An argparse type: a number in (0, 1] (the message names the value otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:  # False for NaN
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
+def sample_seeds(text: str) -> int:
+    """An argparse type: an integer in [1, 64] (the message names the value otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 64, got {text!r}")
     return value
 
 

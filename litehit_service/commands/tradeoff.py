@@ -30,6 +30,7 @@ from litehit_service.commands.options import (
     add_config,
     add_max_workers,
     add_output_dir,
+    add_sample_options,
     add_trace_options,
     config_path,
     positive_int,
@@ -154,6 +155,7 @@ def register(subparsers: Any) -> None:
     add_output_dir(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_trace_options(p, streamed=False)  # the trace is decoded once, sorted whole
+    add_sample_options(p)
     p.set_defaults(func=run)
 
 
@@ -221,6 +223,10 @@ def run(args: argparse.Namespace) -> int:
     refuse_tiered(config)
     out_dir = args.output_dir or config.output_result_path
     titles = {kind: _title(args, config, kind) for kind in _types(args)}
+    if args.sample_rate is not None:
+        return _run_sampled(args, config, out_dir, start)
+    if args.sample_seeds != 1:
+        raise UsageError(f"--sample-seeds {args.sample_seeds} needs --sample-rate")
     if args.skip_run:
         rows, result, files = _replot(args, out_dir, titles)
     else:
@@ -239,6 +245,73 @@ def run(args: argparse.Namespace) -> int:
     print(
         run_line("tradeoff", points, "points", f"{policies} policies",
                  time.perf_counter() - start, out_dir),
+        file=sys.stderr,
+    )  # fmt: skip
+    return 0
+
+
+def _run_sampled(args: argparse.Namespace, config: Any, out_dir: str, start: float) -> int:
+    """``--sample-rate``: the curve estimated from samples of the trace, read once
+    (:mod:`litehit_service.optimizer.tradeoff.sampled`)."""
+    from litehit_service.offline.kernels import load_kernels
+    from litehit_service.offline.outputs import run_line
+    from litehit_service.optimizer.sampling.trace import SampleOptions, load_sampled
+    from litehit_service.optimizer.tradeoff.files import write_files
+    from litehit_service.optimizer.tradeoff.pool import default_workers
+    from litehit_service.optimizer.tradeoff.sampled import (
+        SAMPLED_CSV,
+        SAMPLED_MULTI_PNG,
+        SAMPLED_PNG,
+        run_sampled_tradeoff,
+        sampled_csv,
+        sampled_json,
+        sampled_text,
+    )
+    from litehit_service.optimizer.tradeoff.sampled_plot import (
+        sampled_figure,
+        sampled_multi_figure,
+    )
+    from litehit_service.optimizer.tradeoff.sweep import (
+        TradeoffOptions,
+        loading_config,
+        sweep_configs,
+    )
+
+    if args.skip_run:
+        raise UsageError("--skip-run re-plots an exact run's CSVs: not with --sample-rate")
+    if args.hit_rate_type != "total":
+        raise UsageError("--sample-rate estimates the total hit rate only: not with "
+                         f"--hit-rate-type {args.hit_rate_type}")  # fmt: skip
+    if args.executor != "local":
+        raise UsageError("--sample-rate runs its replays in local processes: not with "
+                         "--executor ray")  # fmt: skip
+    policies = tuple(args.eviction_policies) if args.eviction_policies else None
+    variants = sweep_configs(config, policies)
+    sampled = load_sampled(
+        loading_config([cfg for _, cfg in variants]),
+        SampleOptions(args.sample_rate, args.sample_seeds),
+        trace_format=args.trace_format, instance=args.instance,
+        max_line_bytes=args.max_line_bytes,
+    )  # fmt: skip
+    options = TradeoffOptions(
+        policies=policies, num_points=args.num_points,
+        min_capacity_ratio=args.min_capacity_ratio,
+        workers=args.max_workers or default_workers(),
+    )  # fmt: skip
+    load_kernels("policy-replay")  # before any fork: the workers inherit them
+    result = run_sampled_tradeoff(config, sampled, options)
+    title = _title(args, config, "total")
+    figures = {SAMPLED_PNG: sampled_figure(result, title)}
+    if len(result.curves) > 1:
+        figures[SAMPLED_MULTI_PNG] = sampled_multi_figure(result, title)
+    files = write_files(out_dir, {SAMPLED_CSV: sampled_csv(result)}, figures)
+    extra = {"output_dir": out_dir, "hit_rate_type": "total", "files": files}
+    print(sampled_json(result, extra) if args.json else sampled_text(result))
+    points = sum(len(c.points) for c in result.curves)
+    print(
+        run_line("tradeoff", points, "points",
+                 f"{len(result.curves)} policies, sampled R = {result.rate:g} x "
+                 f"{result.seeds} seed(s)", time.perf_counter() - start, out_dir),
         file=sys.stderr,
     )  # fmt: skip
     return 0

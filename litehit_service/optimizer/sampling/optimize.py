@@ -1,0 +1,174 @@
+"""``litehit optimize --sample-rate R --sample-seeds K``: the K seeds' replays and outputs.
+
+Each seed's records (:func:`~.trace.seed_trace`) are replayed under the configuration
+scaled for its sample (:func:`~.scale.scaled_config`), K replays at once over
+``workers`` forked processes (:class:`~litehit_service.offline.pool.TracePool`: the
+sampled trace is inherited, not pickled). Each seed's per-read tables go, in the
+reference's format unchanged, into their own folder ``sample-r{R}-seed{k}/`` of the
+output folder (:func:`seed_dir`), so no reader of ``{instance_id}_hit_rates.csv`` in the
+output folder mistakes an estimate for an exact replay; at R = 1 a seed's tables are the
+exact replay's, byte for byte. The summary says the numbers are estimates (``≈``, the band
+over the seeds; ``--json``: ``sample_rate``, ``sample_seeds``, ``hit_rate_low``,
+``hit_rate_high``). Cost: K replays of ~R of the trace each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from litehit_service.offline.pool import TracePool
+from litehit_service.optimizer.optimize.config import OptimizeConfig
+from litehit_service.optimizer.optimize.outputs import write_outputs
+from litehit_service.optimizer.optimize.run import OptimizeResult, run_optimize
+from litehit_service.optimizer.optimize.trace import LoadedTrace
+from litehit_service.optimizer.sampling.scale import Estimate, scaled_config, trunk_bytes
+from litehit_service.optimizer.sampling.trace import SampledTrace, seed_trace
+
+__all__ = [
+    "SampledOptimize",
+    "SeedTask",
+    "replay_seed",
+    "run_sampled",
+    "sampled_json",
+    "sampled_text",
+    "seed_dir",
+    "write_sampled",
+]
+
+
+def seed_dir(rate: float, seed: int) -> str:
+    """The folder of one seed's tables: ``sample-r{rate:g}-seed{seed}``."""
+    return f"sample-r{rate:g}-seed{seed}"
+
+
+class SeedTask(NamedTuple):
+    """One seed's replay: its ``config`` (scaled) over the pool's trace ``key``."""
+
+    key: str
+    config: OptimizeConfig
+
+
+def replay_seed(task: SeedTask, trace: LoadedTrace) -> OptimizeResult:
+    """Replay one seed (a pool task). O(its keys) plus the replay's evictions."""
+    return run_optimize(task.config, trace)
+
+
+@dataclass(frozen=True, slots=True)
+class SampledOptimize:
+    """Every seed's result (seed order), the sample and the whole trace's totals."""
+
+    results: tuple[OptimizeResult, ...]
+    sampled: SampledTrace
+    trunk_bytes: tuple[tuple[int, ...], ...]
+
+    def estimate(self, index: int, tier: int | None = None) -> Estimate:
+        """Instance ``index``'s hit rate over the seeds (``tier``: the share of input
+        tokens that tier served)."""
+        rows = [r.instances[index].rows for r in self.results]
+        hits = (
+            tuple(r.hit_tokens for r in rows)
+            if tier is None
+            else tuple(int(r.tier_hit_tokens[tier]) for r in rows)
+        )
+        return Estimate(hits, tuple(r.total_input_tokens for r in rows))
+
+
+def run_sampled(config: OptimizeConfig, sampled: SampledTrace, *, workers: int) -> SampledOptimize:
+    """Replay every seed of ``sampled`` (module docstring) on ``workers`` processes."""
+    rate = sampled.options.rate
+    traces = {f"seed{k}": seed_trace(sampled, k) for k in range(sampled.options.seeds)}
+    trunks = [tuple(trunk_bytes(config, t, sampled.trunk)) for t in traces.values()]
+    tasks = [
+        SeedTask(key, scaled_config(config, trunk, rate))
+        for key, trunk in zip(traces, trunks, strict=True)
+    ]
+    with TracePool(traces, workers=min(workers, len(tasks))) as pool:
+        futures = [pool.submit(replay_seed, task, task.key) for task in tasks]
+        results = tuple(f.result() for f in futures)
+    return SampledOptimize(results, sampled, tuple(trunks))
+
+
+def write_sampled(run: SampledOptimize, out_dir: str, output_format: str = "csv") -> list[str]:
+    """Each seed's per-read tables into its :func:`seed_dir`; the paths written."""
+    written: list[str] = []
+    for k, result in enumerate(run.results):
+        folder = os.path.join(out_dir, seed_dir(run.sampled.options.rate, k))
+        written += write_outputs(result, folder, draw_chart=False, output_format=output_format)
+    return written
+
+
+def sampled_text(run: SampledOptimize) -> str:
+    """The summary: per instance its estimated hit rate with the band, the sampled and
+    whole reads; a head line naming the sample."""
+    s = run.sampled
+    opts = s.options
+    lines = [
+        f"sampled replay: R = {opts.rate:g}, {opts.seeds} seed{'s' if opts.seeds != 1 else ''} "
+        f"(estimates: the band is the lowest..highest seed); trunk of {len(s.trunk)} block(s) "
+        f"(share >= {opts.theta:g})",
+        f"{'instance':<20} {'policy':<15} {'reads':>9} {'sampled':>9}  hit rate",
+    ]
+    first = run.results[0]
+    for index, r in enumerate(first.instances):
+        sampled_reads = round(sum(x.instances[index].rows.reads for x in run.results) / opts.seeds)
+        lines.append(
+            f"{r.instance_id:<20} {r.policy:<15} {int(s.reads[index]):>9} {sampled_reads:>9}  "
+            f"{run.estimate(index).text()}"
+        )
+        for tier, name in enumerate(r.tier_names):
+            lines.append(f"  tier {tier} ({name}): served {run.estimate(index, tier).text()}")
+    return "\n".join(lines)
+
+
+def sampled_json(run: SampledOptimize, extra: dict[str, object] | None = None) -> str:
+    """The summary as one JSON object: ``sample_rate``, ``sample_seeds``, the trunk, and
+    per instance ``hit_rate`` (the estimate), ``hit_rate_low``/``hit_rate_high`` (the
+    band), ``hit_rate_per_seed``, the whole trace's reads and input tokens and each seed's
+    sampled ones, ``estimate: true``."""
+    s = run.sampled
+    instances = []
+    for index, r in enumerate(run.results[0].instances):
+        est = run.estimate(index)
+        instances.append(
+            {
+                "instance_id": r.instance_id,
+                "group_name": r.group_name,
+                "eviction_policy_type": r.policy,
+                "estimate": True,
+                "hit_rate": est.rate,
+                "hit_rate_low": est.low,
+                "hit_rate_high": est.high,
+                "hit_rate_per_seed": est.per_seed,
+                "reads": int(s.reads[index]),
+                "input_tokens": int(s.input_tokens[index]),
+                "sampled_reads": [x.instances[index].rows.reads for x in run.results],
+                "sampled_input_tokens": list(est.inputs),
+                "sampled_hit_tokens": list(est.hits),
+                "tiers": [
+                    {
+                        "name": name,
+                        "hit_rate": (t := run.estimate(index, k)).rate,
+                        "hit_rate_low": t.low,
+                        "hit_rate_high": t.high,
+                    }
+                    for k, name in enumerate(r.tier_names)
+                ],  # fmt: skip
+                "sampled_capacity_blocks": [
+                    x.instances[index].capacity_blocks for x in run.results
+                ],  # fmt: skip
+            }
+        )
+    data: dict[str, object] = {
+        "sample_rate": s.options.rate,
+        "sample_seeds": s.options.seeds,
+        "trunk_share": s.options.theta,
+        "trunk_blocks": len(s.trunk),
+        "trunk_bytes_per_seed": [list(t) for t in run.trunk_bytes],
+        "instances": instances,
+        "seed_dirs": [seed_dir(s.options.rate, k) for k in range(s.options.seeds)],
+    }
+    data.update(extra or {})
+    return json.dumps(data, indent=2)

@@ -1,0 +1,117 @@
+"""Capacities for a sampled replay, and the estimate with its band over the seeds.
+
+A sampled replay at rate R sees every trunk block (each kept record carries its trunk)
+and about R of everything else, so a group's quota ``Q`` becomes ``T + R (Q - T)``
+(:func:`~litehit_core.sampling.scaled_bytes`), ``T`` being the bytes of the trunk blocks
+the seed's records carry on the group's instances; each tier's capacity likewise; the
+eviction batch per instance becomes ``max(1, round(R b))``. TTLs and write delays are
+times: they never scale. :func:`unscaled_bytes` maps a sampled byte count (a peak) back.
+
+The estimate of a hit rate is the ratio of accumulated integers, hit tokens over input
+tokens summed over the seeds; its band is the lowest and highest of the seeds' own rates
+(:class:`Estimate`). Cost: O(records) per seed for the trunk bytes, O(groups) the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from litehit_core.sampling import scaled_bytes, scaled_count
+from litehit_service.optimizer.optimize.config import OptimizeConfig
+from litehit_service.optimizer.optimize.trace import LoadedTrace
+
+__all__ = ["Estimate", "scaled_config", "trunk_bytes", "unscaled_bytes"]
+
+GIB = 1 << 30
+
+
+def trunk_bytes(config: OptimizeConfig, trace: LoadedTrace, trunk: np.ndarray) -> list[int]:
+    """Per group of ``config`` the bytes of the distinct trunk blocks ``trace``'s records
+    carry on its instances (one copy per instance). O(keys log trunk)."""
+    r = trace.records
+    n_inst = len(config.instances)
+    if not len(trunk) or not len(r.keys):
+        return [0] * len(config.groups)
+    lens = np.diff(r.key_off)
+    insts = np.repeat(r.insts.astype(np.int64), lens)
+    at = np.minimum(np.searchsorted(trunk, r.keys), len(trunk) - 1)
+    inside = trunk[at] == r.keys
+    pairs = np.unique(insts[inside] * len(trunk) + at[inside])
+    per_inst = np.bincount(pairs // len(trunk), minlength=n_inst)
+    out, k = [], 0
+    for g in config.groups:
+        out.append(sum(int(per_inst[k + j]) * i.bytes_per_block
+                       for j, i in enumerate(g.instances)))  # fmt: skip
+        k += len(g.instances)
+    return out
+
+
+def _gib(quota: int) -> float:
+    value = -1.0 if quota < 0 else quota / GIB
+    if quota >= 0 and math.floor(value * GIB) != quota:
+        raise ValueError(f"a quota of {quota} bytes is not exact in GiB")
+    return value
+
+
+def scaled_config(config: OptimizeConfig, trunk: Sequence[int], rate: float) -> OptimizeConfig:
+    """``config`` for a replay of a sample at ``rate`` (module docstring): every group's
+    quota and tier capacities scaled with its trunk's bytes ``trunk[g]`` kept whole
+    (``used_percentage`` folded in, then 1), the eviction batch scaled. At rate 1 the
+    replay is the exact one (the same bytes, the same batch). O(groups)."""
+    groups = []
+    for g, t in zip(config.groups, trunk, strict=True):
+        quota = scaled_bytes(g.quota_bytes, t, rate)
+        tiers = tuple(
+            replace(tier, capacity=_gib(scaled_bytes(g.tier_quota_bytes(k), t, rate)))
+            for k, tier in enumerate(g.tiers)
+        )
+        groups.append(replace(g, quota_capacity=_gib(quota), used_percentage=1.0, tiers=tiers))
+    return replace(config, groups=tuple(groups), batch_size=scaled_count(config.batch_size, rate))
+
+
+def unscaled_bytes(sampled: int, trunk: int, rate: float) -> int:
+    """The full-trace bytes a sampled replay's ``sampled`` bytes stand for: ``T + (s - T)
+    / R`` with ``T = min(trunk, sampled)``, rounded down. O(1)."""
+    t = min(trunk, sampled)
+    return t + math.floor((sampled - t) / rate)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A hit rate estimated from K seeds: per seed its hit and input tokens."""
+
+    hits: tuple[int, ...]
+    inputs: tuple[int, ...]
+
+    @property
+    def rate(self) -> float:
+        """Sum of hit tokens / sum of input tokens over the seeds (0 without input)."""
+        total = sum(self.inputs)
+        return sum(self.hits) / total if total else 0.0
+
+    @property
+    def per_seed(self) -> list[float]:
+        """Each seed's own hit rate."""
+        return [h / n if n else 0.0 for h, n in zip(self.hits, self.inputs, strict=True)]
+
+    @property
+    def low(self) -> float:
+        """The lowest seed's rate."""
+        return min(self.per_seed)
+
+    @property
+    def high(self) -> float:
+        """The highest seed's rate."""
+        return max(self.per_seed)
+
+    def text(self) -> str:
+        """``≈ 45.12% (44.80..45.40% over 4 seeds)``, or ``≈ 45.12% (1 seed)``."""
+        k = len(self.hits)
+        if k == 1:
+            return f"≈ {self.rate * 100:.2f}% (1 seed, no band)"
+        band = f"{self.low * 100:.2f}..{self.high * 100:.2f}%"
+        return f"≈ {self.rate * 100:.2f}% ({band} over {k} seeds)"
