@@ -20,6 +20,15 @@ where a ``hybrid`` curve is a staircase of corners ``[threshold_bytes,hit_blocks
 strictly increasing: from that many bytes of capacity on, that many head blocks hit) and
 ``block_bytes`` is the bytes of one full-attention block (a state's bytes are in the
 thresholds). :data:`~litehit_core.model.FACT_MODELS` says how each model's curve reads.
+
+A *sampled* ledger (``litehit replay --sample-rate R``, issue 37) starts with one comment
+line :func:`sample_line` (``#sample_rate=0.01,sample_seed=0``) and has the header
+:data:`FACTS_HEADER_SAMPLED`, one more column ``sampled_blocks`` (the request's blocks the
+sample kept) before the curve, which is in blocks *of the sample*; ``input_token_len`` is
+the whole request's. An exact ledger never has the comment line, so it is unchanged, and a
+reader that knows only the two exact headers refuses a sampled ledger instead of reading
+estimates as exact numbers. :mod:`litehit_core.sampled_facts` turns its curves into
+estimates of the whole trace's.
 """
 
 from __future__ import annotations
@@ -46,7 +55,57 @@ FACTS_HEADER_MODELS = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,model,"
     "hit_curve"
 )
+FACTS_HEADER_SAMPLED = (
+    "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,"
+    "sampled_blocks,hit_curve"
+)
 FACTS_FILENAME = "litehit_facts.csv"
+SAMPLE_LINE_PREFIX = "#sample_rate="
+
+
+class LedgerSample(NamedTuple):
+    """A sampled ledger's sample: ``rate`` R in (0, 1) and the hash ``seed``."""
+
+    rate: float
+    seed: int
+
+
+def sample_line(sample: LedgerSample) -> str:
+    """The first line of a sampled ledger (no newline): ``#sample_rate=R,sample_seed=k``
+    (R as ``repr``, so it reads back exactly). O(1)."""
+    return f"{SAMPLE_LINE_PREFIX}{sample.rate!r},sample_seed={sample.seed}"
+
+
+def parse_sample_line(text: str) -> LedgerSample:
+    """The sample of a :func:`sample_line` (trailing line ending allowed); ValueError with
+    the reason otherwise. O(len)."""
+    body = text.rstrip("\r\n")
+    parts = body.removeprefix(SAMPLE_LINE_PREFIX).split(",sample_seed=")
+    try:
+        if not body.startswith(SAMPLE_LINE_PREFIX) or len(parts) != 2:
+            raise ValueError
+        rate, seed = float(parts[0]), int(parts[1])
+    except ValueError:
+        raise ValueError(
+            f"a comment line must be {SAMPLE_LINE_PREFIX}R,sample_seed=K, got {body!r}"
+        ) from None
+    if not (0 < rate < 1) or seed < 0:
+        raise ValueError(f"sample_rate must be in (0, 1) and sample_seed >= 0, got {body!r}")
+    return LedgerSample(rate, seed)
+
+
+def ledger_sample(path: str | os.PathLike[str]) -> LedgerSample | None:
+    """The sample of the ledger at ``path`` (its first line), None for an exact ledger or
+    a file that cannot be read (:func:`read_facts` reports that). ValueError for a
+    malformed comment line. O(first line)."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#"):
+        return None
+    return parse_sample_line(first.decode("ascii", "replace"))
 
 
 class FactRow(NamedTuple):
@@ -61,6 +120,8 @@ class FactRow(NamedTuple):
     block_bytes: int
     hit_curve: tuple[HitCurveSegment, ...] | tuple[HitCurveStep, ...]
     model: str = DEFAULT_MODEL
+    sampled_blocks: int = -1
+    """Blocks of the request a sampled ledger's sample kept (-1: an exact ledger)."""
 
 
 def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
@@ -86,7 +147,7 @@ class FactLineFormat:
     formatted once). :func:`format_fact_row` and the offline replay both use it.
     """
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_head", "_mid", "_tail")
 
     def __init__(
         self, instance_id: str, block_size_tokens: int, block_bytes: int, model: str | None = None
@@ -96,6 +157,7 @@ class FactLineFormat:
         self._head = f",{csv_field(instance_id)},"
         column = f"{model}," if model is not None else ""
         self._tail = f',{block_size_tokens},{block_bytes},{column}"'
+        self._mid = f",{block_size_tokens},{block_bytes},"
 
     def line(
         self,
@@ -110,6 +172,23 @@ class FactLineFormat:
         return (
             f"{trace_id}{self._head}{timestamp_ns},{input_token_len}{self._tail}"
             f'{format_hit_curve(hit_curve)}"\n'
+        )
+
+    def sampled_line(
+        self,
+        trace_id: str,
+        timestamp_ns: int,
+        input_token_len: int,
+        sampled_blocks: int,
+        hit_curve: Sequence[tuple[int, int]],
+    ) -> str:
+        """One line of a :data:`FACTS_HEADER_SAMPLED` ledger (the formatter made without a
+        model), trailing newline included. O(segments)."""
+        if not trace_id.isalnum():
+            trace_id = csv_field(trace_id)
+        return (
+            f"{trace_id}{self._head}{timestamp_ns},{input_token_len}{self._mid}"
+            f'{sampled_blocks},"{format_hit_curve(hit_curve)}"\n'
         )
 
 
@@ -132,9 +211,19 @@ class FactsWriter:
     of ``path`` that dead processes left (one directory listing). Each write is O(segments).
     """
 
-    def __init__(self, path: str | os.PathLike[str], with_model: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        with_model: bool = False,
+        sample: LedgerSample | None = None,
+    ) -> None:
         """``with_model``: write :data:`FACTS_HEADER_MODELS` and the ``model`` column (needed
-        as soon as one row is of another model than ``lru``)."""
+        as soon as one row is of another model than ``lru``). ``sample``: a sampled ledger
+        (module docstring): its :func:`sample_line`, then :data:`FACTS_HEADER_SAMPLED`
+        (rows by :meth:`FactLineFormat.sampled_line`; not with ``with_model``)."""
+        if sample is not None and with_model:
+            raise ValueError("a sampled ledger has no model column")
+        self.sample = sample
         self.path = Path(path)
         self.tmp_path = Path(temp_path(self.path))
         self.with_model = with_model
@@ -150,7 +239,10 @@ class FactsWriter:
             ) from None
         remove_stale_temps(self.path)
         self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
-        self._fh.write((FACTS_HEADER_MODELS if self.with_model else FACTS_HEADER) + "\n")
+        if self.sample is not None:
+            self._fh.write(sample_line(self.sample) + "\n" + FACTS_HEADER_SAMPLED + "\n")
+        else:
+            self._fh.write((FACTS_HEADER_MODELS if self.with_model else FACTS_HEADER) + "\n")
         return self
 
     def write(self, row: FactRow) -> None:
@@ -312,19 +404,36 @@ def read_facts(
         # UTF-8 survives into the row, where the id check reports it with its line
         # (numbers and curves are ASCII-checked anyway).
         chunks = read_lines(fh, name, max_line_bytes, split=_text_lines)
-        lines = chain.from_iterable(chunks)
+        lines: Iterator[str] = chain.from_iterable(chunks)
+        first = next(lines, None)
+        skip = 0  # the comment line of a sampled ledger: csv's line numbers are one short
+        if first is not None and first.startswith("#"):
+            try:
+                parse_sample_line(first)
+            except ValueError as exc:
+                raise LocatedError(name, 1, str(exc)) from None
+            skip = 1
+        elif first is not None:
+            lines = chain((first,), lines)
         reader = csv.reader(lines)
         try:
             header = next(reader, None)
             joined = ",".join(header or [])
-            if header is None or joined not in (FACTS_HEADER, FACTS_HEADER_MODELS):
+            wanted = (FACTS_HEADER_SAMPLED,) if skip else (FACTS_HEADER, FACTS_HEADER_MODELS)
+            if header is None or joined not in wanted:
                 raise LocatedError(
                     name,
-                    1,
-                    f"header must be {FACTS_HEADER!r} (or with a model column: "
-                    f"{FACTS_HEADER_MODELS!r}), got {joined!r}",
+                    1 + skip,
+                    (
+                        f"after the sample line the header must be {FACTS_HEADER_SAMPLED!r}"
+                        if skip
+                        else f"header must be {FACTS_HEADER!r} (or with a model column: "
+                        f"{FACTS_HEADER_MODELS!r})"
+                    )
+                    + f", got {joined!r}",
                 )
-            width = 8 if joined == FACTS_HEADER_MODELS else 7
+            width = 8 if joined != FACTS_HEADER else 7
+            with_model = joined == FACTS_HEADER_MODELS
             # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
             curves: dict[tuple[str, str], tuple[tuple, int]] = {}
             for rec in reader:
@@ -332,15 +441,22 @@ def read_facts(
                     if not rec:
                         continue
                     raise LocatedError(
-                        name, reader.line_num, f"expected {width} fields, got {len(rec)}"
+                        name, reader.line_num + skip, f"expected {width} fields, got {len(rec)}"
                     )
-                model = rec[6] if width == 8 else DEFAULT_MODEL
+                model = rec[6] if with_model else DEFAULT_MODEL
+                sampled = -1
                 text = rec[-1]
                 try:
                     digits = rec[2] + rec[3] + rec[4] + rec[5]
                     if not (digits.isascii() and digits.isdigit()) or not all(rec[2:6]):
                         raise ValueError("not digits")
                     ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
+                    if skip:
+                        if not (rec[6].isascii() and rec[6].isdigit()):
+                            raise ValueError(
+                                f"sampled_blocks must be a non-negative integer, got {rec[6]!r}"
+                            )
+                        sampled = int(rec[6])
                     parsed = curves.get((model, text))
                     if parsed is None:
                         parsed = _parse_curve(model, text)
@@ -348,7 +464,9 @@ def read_facts(
                             curves.clear()
                         curves[(model, text)] = parsed
                 except ValueError as exc:
-                    raise LocatedError(name, reader.line_num, _field_error(rec, exc)) from None
+                    raise LocatedError(
+                        name, reader.line_num + skip, _field_error(rec, exc)
+                    ) from None
                 curve, hit_blocks = parsed
                 if (
                     bs <= 0
@@ -357,12 +475,19 @@ def read_facts(
                     or max(ts, tokens, bs, bb) > _INT64_MAX
                 ):
                     raise LocatedError(
-                        name, reader.line_num, _row_error(ts, tokens, bs, bb, hit_blocks)
+                        name, reader.line_num + skip, _row_error(ts, tokens, bs, bb, hit_blocks)
+                    )
+                if skip and not (hit_blocks <= sampled <= tokens // bs):
+                    raise LocatedError(
+                        name,
+                        reader.line_num + skip,
+                        f"sampled_blocks {sampled} must be between the curve's {hit_blocks} hit "
+                        f"blocks and the request's {tokens // bs} blocks",
                     )
                 if not (rec[0].isascii() and rec[1].isascii()):
                     reason = _id_error(rec)
                     if reason is not None:
-                        raise LocatedError(name, reader.line_num, reason)
+                        raise LocatedError(name, reader.line_num + skip, reason)
                 yield FactRow(
                     trace_id=rec[0],
                     instance_id=rec[1],
@@ -372,9 +497,10 @@ def read_facts(
                     block_bytes=bb,
                     hit_curve=curve,
                     model=model,
+                    sampled_blocks=sampled,
                 )
         except csv.Error as exc:  # e.g. a quoted field over the csv module's field limit
-            raise LocatedError(name, reader.line_num, f"malformed CSV: {exc}") from None
+            raise LocatedError(name, reader.line_num + skip, f"malformed CSV: {exc}") from None
 
 
 def _parse_curve(model: str, text: str) -> tuple[tuple, int]:

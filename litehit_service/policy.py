@@ -67,7 +67,10 @@ class QueryPolicy:
     ns since the epoch, or None when timestamps are taken as given (rules 7, 8).
     ``max_clock_skew_ns``: how far ahead of ``clock_ns`` a timestamp may be (rule 8; None =
     no limit). ``backwards``: ``"clamp"`` or ``"reject"`` (rule 9). ``touch_orders``: the
-    touch orders a group may use (rule 10).
+    touch orders a group may use (rule 10). ``sample_rate``/``sample_seed``: an offline
+    sampled replay (issue 37) keeps only the normalised keys
+    :func:`litehit_core.sampling.kept` keeps (rate 1: every key), the token denominator
+    unchanged.
     """
 
     max_block_keys: int = DEFAULT_MAX_BLOCK_KEYS
@@ -76,8 +79,15 @@ class QueryPolicy:
     max_clock_skew_ns: int | None = DEFAULT_MAX_CLOCK_SKEW_SECONDS * _NS_PER_SECOND
     backwards: str = "clamp"
     touch_orders: tuple[str, ...] = ("tail-first",)
+    sample_rate: float = 1.0
+    sample_seed: int = 0
 
     def __post_init__(self) -> None:
+        if not (0 < self.sample_rate <= 1) or self.sample_seed < 0:
+            raise ValueError(
+                f"sample_rate must be in (0, 1] and sample_seed >= 0, got {self.sample_rate!r} "
+                f"and {self.sample_seed!r}"
+            )
         if self.max_block_keys <= 0:
             raise ValueError(f"max_block_keys must be > 0, got {self.max_block_keys}")
         if self.trace_block_size_tokens < 0:
@@ -108,10 +118,15 @@ class QueryPolicy:
         )
 
     @classmethod
-    def offline(cls, trace_block_size_tokens: int = 0) -> QueryPolicy:
+    def offline(
+        cls, trace_block_size_tokens: int = 0, sample_rate: float = 1.0, sample_seed: int = 0
+    ) -> QueryPolicy:
         """The replay's policy: trace timestamps as given, any key count, rejected
-        backwards timestamps, keys coarsened from ``trace_block_size_tokens``."""
+        backwards timestamps, keys coarsened from ``trace_block_size_tokens``, sampled at
+        ``sample_rate`` with ``sample_seed`` (1: every key)."""
         return cls(
+            sample_rate=sample_rate,
+            sample_seed=sample_seed,
             max_block_keys=sys.maxsize,
             trace_block_size_tokens=trace_block_size_tokens,
             clock_ns=None,

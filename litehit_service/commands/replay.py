@@ -30,6 +30,8 @@ from litehit_service.commands.options import (
     add_touch_order,
     config_path,
     positive_int,
+    sample_rate,
+    sample_seeds,
 )
 
 
@@ -90,6 +92,26 @@ def register(subparsers: Any) -> None:
         help="print the summary as one JSON object on stdout: totals, elapsed seconds, the "
         "facts path and per instance its hit tokens and hit rate at every capacity",
     )
+    p.add_argument(
+        "--sample-rate",
+        type=sample_rate,
+        default=1.0,
+        metavar="R",
+        help="replay a spatial sample of the blocks instead of all of them: a block is kept "
+        "by a hash of its prefix-chained key at rate R (0 < R <= 1), so the engine holds ~R "
+        "of them; one ledger per seed in sample-rR-seedK/ of the output folder, whose "
+        "curves and hit rates are estimates, marked as such (tail-first LRU only; default: "
+        "1, the exact replay and ledger)",
+    )
+    p.add_argument(
+        "--sample-seeds",
+        type=sample_seeds,
+        default=1,
+        metavar="K",
+        help="with --sample-rate below 1, replay K independent samples (hash salts 0..K-1) "
+        "in one read of the trace; the estimate pools them and the band is the "
+        "lowest..highest seed (1 to 64; default 1)",
+    )
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)
 
@@ -110,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
         with_workers,
     )
 
+    if args.sample_seeds != 1 and args.sample_rate >= 1:
+        raise UsageError(f"--sample-seeds {args.sample_seeds} needs --sample-rate below 1")
+    if args.sample_rate < 1 and args.executor != "local":
+        raise UsageError("--sample-rate replays its seeds in this process: not with --executor ray")
     if args.ray_address is not None and args.executor != "ray":
         raise UsageError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
@@ -132,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         executor=args.executor,
         ray_address=args.ray_address,
         engine=args.engine,
+        sample_rate=args.sample_rate,
+        sample_seeds=args.sample_seeds,
     )
     if args.json:
         print(json.dumps(summary.to_json(), separators=(",", ":")))

@@ -7,6 +7,11 @@ is exact at every capacity, in the unit of the instance's model: piecewise linea
 (model ``lru``, converted to GiB with the instance's ``block_bytes``; one block size per
 instance, checked) or a staircase in bytes (model ``hybrid``).
 
+A sampled ledger (``litehit replay --sample-rate``) gives estimates of the whole trace's
+curve (:func:`ledger_curves`, :func:`~litehit_core.sampled_facts.estimated_curve`), in
+the whole trace's capacities, labelled in the table (``≈``), the CSV (the ledger's sample
+line first) and the plot's title.
+
 This module computes (:func:`build_curves`), renders the text table (:func:`format_table`)
 and the breakpoint CSV (:func:`write_breakpoints_csv`); the plot (PNG, SVG or PDF) is
 :mod:`litehit_service.litehit.plot`'s. Files are written to ``<path>.<pid>.tmp`` by the
@@ -25,9 +30,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import IO
 
-from litehit_core import FACTS_FILENAME, FactRow, InvalidRequestError, read_facts
+from litehit_core import FACTS_FILENAME, FactRow, InvalidRequestError, LocatedError, read_facts
 from litehit_core.curve import GIB, InstanceCurve
+from litehit_core.facts import LedgerSample, ledger_sample, sample_line
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
+from litehit_core.sampled_facts import SampleCounts, count_rows, estimated_curve
 from litehit_service.litehit.plot import curve_title, plot_curves, plot_format
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 
@@ -103,6 +110,46 @@ def _mixed_message(cur: InstanceCurve, row: FactRow) -> str:
     )
 
 
+def read_sample(facts_path: str | os.PathLike[str]) -> LedgerSample | None:
+    """The sample of a ledger (None: exact); LocatedError at line 1 for a bad sample line.
+    O(first line)."""
+    try:
+        return ledger_sample(facts_path)
+    except ValueError as exc:
+        raise LocatedError(os.fspath(facts_path), 1, str(exc)) from None
+
+
+def ledger_curves(
+    facts_path: str | os.PathLike[str],
+    instance_id: str | None = None,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    counter: list[int] | None = None,
+) -> tuple[LedgerSample | None, list[InstanceCurve]]:
+    """:func:`build_curves` of a ledger (the rows counted into ``counter[0]`` with a
+    progress bar when ``counter`` is given), and its sample: for a sampled ledger the
+    curves are the whole trace's estimates
+    (:func:`~litehit_core.sampled_facts.estimated_curve`). O(facts) + O(B log B) per
+    instance."""
+    sample = read_sample(facts_path)
+    rows: Iterable[FactRow] = read_facts(facts_path, max_line_bytes=max_line_bytes)
+    if counter is not None:
+        rows = _counted(progress(rows, "req"), counter)
+    if sample is None:
+        return None, build_curves(rows, instance_id)
+    counts = SampleCounts()
+    curves = build_curves(count_rows(rows, counts), instance_id)
+    return sample, [
+        estimated_curve(c, sample.rate, counts.blocks[c.instance_id], counts.kept[c.instance_id])
+        for c in curves
+    ]
+
+
+def sample_label(sample: LedgerSample) -> str:
+    """``≈ estimates from a sample: R = 0.01, seed 0`` (every sampled output says it)."""
+    return f"≈ estimates from a sample: R = {sample.rate:g}, seed {sample.seed}"
+
+
 # ---------------------------------------------------------------- text table
 
 
@@ -126,11 +173,18 @@ def table_capacities(curve: InstanceCurve, rows: int = TABLE_ROWS) -> list[int]:
     return sorted({max(low, min(top, round(low * ratio**k))) for k in range(rows)} | {low, top})
 
 
-def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str:
+def format_table(
+    curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS, sample: LedgerSample | None = None
+) -> str:
     """The stdout table: per instance a header, ~``rows`` log-spaced capacities and the
     marked points (merged in capacity order). Capacities show in GiB and in the curve's
-    unit (blocks, or bytes for hybrid instances). O(instances x (rows + marks) x log B)."""
+    unit (blocks, or bytes for hybrid instances). A ``sample``'s curves are estimates: a
+    first line says so (:func:`sample_label`) and every hit rate shows ``≈``.
+    O(instances x (rows + marks) x log B)."""
     out: list[str] = []
+    approx = "≈" if sample is not None else ""
+    if sample is not None:
+        out.append(f"{sample_label(sample)} (capacities and hits are the whole trace's)")
     for cur in curves:
         inf = cur.infinite_hit_tokens
         unit = cur.unit
@@ -141,7 +195,7 @@ def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str
         )
         sat = cur.saturation
         out.append(
-            f"theoretical max (infinite capacity): hit rate {cur.infinite_hit_rate:.6f} "
+            f"theoretical max (infinite capacity): hit rate {approx}{cur.infinite_hit_rate:.6f} "
             f"({inf} hit tokens), first reached at {sat} {unit} = {cur.capacity_gb(sat):.6g} GiB"
         )
         labels: dict[int, list[str]] = {c: [] for c in table_capacities(cur, rows)}
@@ -158,7 +212,8 @@ def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str
             if capacity == sat and inf:
                 mark = f"{mark}; max" if mark else "max"
             out.append(
-                f"{cur.capacity_gb(capacity):>14.6g} {capacity:>15} {cur.rate(hits):>9.6f} "
+                f"{cur.capacity_gb(capacity):>14.6g} {capacity:>15} "
+                f"{approx + format(cur.rate(hits), '.6f'):>9} "
                 f"{of_max:>7}  {mark}".rstrip()
             )
         out.append("")
@@ -168,9 +223,14 @@ def format_table(curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS) -> str
 # ---------------------------------------------------------------- files
 
 
-def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
+def write_breakpoints(
+    curves: Sequence[InstanceCurve], fh: IO[str], sample: LedgerSample | None = None
+) -> int:
     """Write the CSV (:data:`CSV_HEADER`, every exact breakpoint of every curve, instances
-    in order) to ``fh``; returns the number of data rows. O(total breakpoints)."""
+    in order) to ``fh``; returns the number of data rows. Estimates from a ``sample``:
+    the ledger's sample line first. O(total breakpoints)."""
+    if sample is not None:
+        fh.write(sample_line(sample) + "\n")
     writer = csv.writer(fh, lineterminator="\n")
     writer.writerow(CSV_HEADER)
     n = 0
@@ -184,10 +244,14 @@ def write_breakpoints(curves: Sequence[InstanceCurve], fh: IO[str]) -> int:
     return n
 
 
-def write_breakpoints_csv(curves: Sequence[InstanceCurve], path: str | os.PathLike[str]) -> int:
+def write_breakpoints_csv(
+    curves: Sequence[InstanceCurve],
+    path: str | os.PathLike[str],
+    sample: LedgerSample | None = None,
+) -> int:
     """Write the breakpoint CSV to ``<path>.<pid>.tmp`` (published by ``atomic_outputs``)."""
     with open(tmp_path(path), "w", encoding="utf-8", newline="") as fh:
-        return write_breakpoints(curves, fh)
+        return write_breakpoints(curves, fh, sample)
 
 
 # ---------------------------------------------------------------- the command
@@ -202,6 +266,7 @@ class CurveRun:
     requests: int
     elapsed_s: float
     outputs: tuple[str, ...]
+    sample: LedgerSample | None = None
 
     def summary_line(self) -> str:
         """The one-line summary printed on stderr."""
@@ -230,23 +295,37 @@ def run_curve(
     plot."""
     started = time.perf_counter()
     counter = [0]
+    sample = read_sample(facts_path)
 
     def build() -> list[InstanceCurve]:
-        facts = read_facts(facts_path, max_line_bytes=max_line_bytes)
-        return build_curves(progress(_counted(facts, counter), "req"), instance_id)
+        return ledger_curves(
+            facts_path, instance_id, max_line_bytes=max_line_bytes, counter=counter
+        )[1]
 
     trace = trace_name(facts_path)
+    label = f" ({sample_label(sample)})" if sample is not None else ""
     curves, outputs = render_curves(
         build,
         png,
         csv_path,
         linear=linear,
-        title=lambda curves: curve_title(curves, trace),
+        title=lambda curves: _titled(curve_title(curves, trace), sample) + label,
         block_bytes_unknown=block_bytes_unknown,
+        sample=sample,
     )
     return CurveRun(
-        curves, format_table(curves), counter[0], time.perf_counter() - started, outputs
+        curves,
+        format_table(curves, sample=sample),
+        counter[0],
+        time.perf_counter() - started,
+        outputs,
+        sample,
     )
+
+
+def _titled(title: str, sample: LedgerSample | None) -> str:
+    """A plot title; "Exact" becomes "Estimated" for a sample's curves."""
+    return title if sample is None else title.replace("Exact ", "Estimated ", 1)
 
 
 def trace_name(facts_path: str | os.PathLike[str]) -> str:
@@ -270,6 +349,7 @@ def render_curves(
     linear: bool = False,
     title: str | Callable[[list[InstanceCurve]], str] = "",
     block_bytes_unknown: bool = False,
+    sample: LedgerSample | None = None,
 ) -> tuple[list[InstanceCurve], tuple[str, ...]]:
     """``build()`` the curves, then write the breakpoint CSV and the plot (``png``: its
     format from its extension, checked before ``build()``), all or nothing (nothing is
@@ -282,7 +362,7 @@ def render_curves(
     with atomic_outputs(outputs):
         curves = build()
         if csv_path is not None:
-            write_breakpoints_csv(curves, csv_path)
+            write_breakpoints_csv(curves, csv_path, sample)
         if png is not None:
             text = title(curves) if callable(title) else title
             plot_curves(

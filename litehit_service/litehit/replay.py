@@ -45,12 +45,20 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from litehit_core import FACTS_FILENAME, FactLineFormat, FactsWriter, LocatedError
+from litehit_core import (
+    FACTS_FILENAME,
+    FactLineFormat,
+    FactsWriter,
+    InvalidRequestError,
+    LocatedError,
+)
 from litehit_core.engine import DEFAULT_MODEL, LRU_ENGINES, auto_lru_engine
+from litehit_core.facts import LedgerSample
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.config_files import raise_config_errors
 from litehit_service.errors import OptimizerError
@@ -64,113 +72,22 @@ from litehit_service.litehit.parsing import (
     lmcache_batches,
     pool_batches,
 )
+from litehit_service.litehit.summary import ReplaySummary, SampledEstimates
 from litehit_service.manager import BatchQueryError, OnlineOptimizerManager
 from litehit_service.model import InstanceSummary
-from litehit_service.offline.outputs import run_line
 from litehit_service.offline.runtime import relaxed_gc
 from litehit_service.policy import QueryPolicy
 from litehit_service.traces.readers import get_reader
 from litehit_service.traces.readers.compressed import container_or_none, plain_size, text_bytes
 from litehit_service.traces.readers.registry import reader_of_container
 
-__all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay"]
+__all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay", "sample_dir"]
 
 EXECUTORS = ("local", "ray")
 """Where instance lanes run: this process, or one Ray task each."""
 
 _Lane = tuple[str, Callable[[str, int, int, Sequence[tuple[int, int]]], str]]
 """A routing target: the instance id and its ledger line formatter."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplaySummary:
-    """What one replay did.
-
-    ``requests``: request events replayed (writes excluded); ``rows``: facts rows written
-    (requests x routed instances); ``instances``: configured instances; ``elapsed_s``: wall
-    time of the whole run (setup, parsing, replay, writing); ``requests_per_s`` =
-    requests / elapsed_s; ``instance_summaries``: the manager's cumulative counters per
-    instance (sorted by id), holding the token hit rate of every capacity slot.
-    """
-
-    requests: int
-    rows: int
-    writes_skipped: int
-    instances: int
-    elapsed_s: float
-    requests_per_s: float
-    facts_path: str
-    instance_summaries: tuple[InstanceSummary, ...]
-
-    def summary_line(self) -> str:
-        """The one-line summary: requests, instances, rows, elapsed, requests/s, facts path."""
-        parts = f"{self.instances} instances, {self.rows} rows"
-        return run_line("replay", self.requests, "requests", parts, self.elapsed_s, self.facts_path)
-
-    def instance_lines(self) -> list[str]:
-        """One line per instance: its token hit rate at every capacity slot (and infinite)."""
-        out = []
-        for s in self.instance_summaries:
-            rates = [f"{_gb(c.capacity_gb)} GiB {c.hit_rate:.2%}" for c in s.capacity_summaries]
-            if s.theoretical_enabled:
-                rates.append(f"inf {s.max_hit_rate:.2%}")
-            out.append(
-                f"  {s.instance_id} (group {s.instance_group}, block {s.debug_info.block_size} "
-                f"tokens, {s.total_queries} requests): token hit rate {', '.join(rates)}"
-            )
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        """The summary as one JSON-ready object (``litehit replay --json``): the totals
-        (``requests``, ``rows``, ``writes_skipped``), ``elapsed_s``, ``requests_per_s``,
-        ``facts_path`` and per instance (sorted by id) ``instance_id``, ``instance_group``,
-        ``block_size`` (tokens), ``requests``, ``input_tokens``, one entry per configured
-        capacity (``capacity_gb``, ``capacity_blocks``, ``hit_blocks``, ``hit_tokens``,
-        ``hit_rate``) and the theoretical maximum's ``theoretical_hit_tokens`` and
-        ``theoretical_hit_rate`` (both null when the group does not track it). Counts are
-        ints; ``capacity_gb`` is an int when it is a whole number of GiB. O(slots)."""
-        return {
-            "requests": self.requests,
-            "rows": self.rows,
-            "writes_skipped": self.writes_skipped,
-            "elapsed_s": self.elapsed_s,
-            "requests_per_s": self.requests_per_s,
-            "facts_path": self.facts_path,
-            "instances": [_instance_json(s) for s in self.instance_summaries],
-        }
-
-
-def _instance_json(s: InstanceSummary) -> dict[str, Any]:
-    bs = s.debug_info.block_size
-    theoretical = s.theoretical_enabled
-    return {
-        "instance_id": s.instance_id,
-        "instance_group": s.instance_group,
-        "block_size": bs,
-        "requests": s.total_queries,
-        "input_tokens": s.total_input_tokens,
-        "capacities": [
-            {
-                "capacity_gb": _whole(c.capacity_gb),
-                "capacity_blocks": c.capacity_blocks,
-                "hit_blocks": c.total_hits,
-                "hit_tokens": c.total_hits * bs,
-                "hit_rate": c.hit_rate,
-            }
-            for c in s.capacity_summaries
-        ],
-        "theoretical_hit_tokens": s.total_max_hits * bs if theoretical else None,
-        "theoretical_hit_rate": s.max_hit_rate if theoretical else None,
-    }
-
-
-def _whole(value: float) -> int | float:
-    """``value`` as an int when it is a whole number (16.0 GiB -> 16), else unchanged."""
-    return int(value) if float(value).is_integer() else value
-
-
-def _gb(value: float) -> str:
-    return f"{value:g}"
 
 
 # --------------------------------------------------------------------------- replay
@@ -207,6 +124,8 @@ def run_replay(
     executor: str = "local",
     ray_address: str | None = None,
     engine: str = "auto",
+    sample_rate: float = 1.0,
+    sample_seeds: int = 1,
 ) -> ReplaySummary:
     """Replay ``config``'s trace through a fresh in-process manager; write the facts ledger.
 
@@ -219,6 +138,12 @@ def run_replay(
     ledger byte for byte, the same errors.
     ``engine``: the full-attention engine, ``"python"``, ``"compact"`` or ``"auto"`` (see
     :func:`lru_engine_for`); the same ledger byte for byte.
+    ``sample_rate`` R < 1 (issue 37): the trace read once, each request's normalised keys
+    sampled per seed (``sample_seeds`` K managers, salts 0..K-1; only the kept blocks
+    reach the engines, so memory follows the sample), one sampled ledger per seed in
+    :func:`sample_dir` of the output folder (and none at ``litehit_facts.csv``). Only for
+    tail-first LRU (:func:`sampling_refusal`: InvalidRequestError
+    otherwise) and the local executor. R = 1 is the exact replay.
     Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
     reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
     untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
@@ -229,28 +154,21 @@ def run_replay(
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {list(EXECUTORS)}, got {executor!r}")
     check_config(config)
+    if not (0 < sample_rate <= 1) or not (1 <= sample_seeds <= 64):
+        raise ValueError(f"sample_rate must be in (0, 1] and sample_seeds in [1, 64], got "
+                         f"{sample_rate!r} and {sample_seeds!r}")  # fmt: skip
+    sampled = sample_rate < 1
+    if sampled and executor != "local":
+        raise InvalidRequestError("a sampled replay runs in this process: not with --executor ray")
     lru_engine = lru_engine_for(engine, config.trace_file_path)
     if progress is None:
         progress = sys.stderr.isatty()
-    manager = OnlineOptimizerManager(
-        policy=QueryPolicy.offline(config.block_size), lru_engine=lru_engine
-    )
-    problems, refused = [], set()  # every group and instance the manager refuses, at once
-    for i, group in enumerate(config.instance_groups):
-        try:
-            manager.create_group(group)
-        except OptimizerError as exc:
-            problems.append(config.error(f"instance_groups[{i}]", str(exc)))
-            refused.add(group.name)
-    results = []
-    for i, reg in enumerate(config.instances):
-        try:
-            if reg.instance_group not in refused:  # else its group's error says it all
-                results.append(manager.register_instance(reg))
-        except OptimizerError as exc:
-            problems.append(config.error(f"instances[{i}]", str(exc)))
-    raise_config_errors(problems)
+    seeds = sample_seeds if sampled else 1
+    built = [_manager(config, lru_engine, sample_rate, seed) for seed in range(seeds)]
+    manager, results = built[0]
     models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
+    if sampled and (reason := sampling_refusal(config, models)) is not None:
+        raise InvalidRequestError(reason)
     with_model = any(model != DEFAULT_MODEL for model in models.values())  # ledger header
     lanes: dict[str, _Lane] = {}
     formats: dict[str, tuple[str, int, int, str | None]] = {}
@@ -293,17 +211,38 @@ def run_replay(
             batches = inline_batches(path, fmt, config.block_size, default_id, progress,
                                      max_line_bytes)  # fmt: skip
 
-    facts_path = Path(config.output_result_path) / FACTS_FILENAME
+    out = Path(config.output_result_path)
+    if sampled:
+        paths = [out / sample_dir(sample_rate, k) / FACTS_FILENAME for k in range(seeds)]
+    else:
+        paths = [out / FACTS_FILENAME]
+    facts_path = paths[0]
     bar = _progress_bar(path, whole, progress)
     try:
-        with FactsWriter(facts_path, with_model=with_model) as writer, relaxed_gc():
+        with ExitStack() as stack:
+            writers = [
+                stack.enter_context(
+                    FactsWriter(
+                        p,
+                        with_model=with_model,
+                        sample=LedgerSample(sample_rate, k) if sampled else None,
+                    )
+                )
+                for k, p in enumerate(paths)
+            ]
+            stack.enter_context(relaxed_gc())
+            writer = writers[0]
             if executor == "ray":
                 requests, writes, summaries = _drive_lanes(
                     config, formats, batches, lanes, fixed, path, writer, bar, ray_address,
                     lru_engine,
                 )  # fmt: skip
             else:
-                requests, writes = _drive(manager, batches, lanes, fixed, path, config, writer, bar)
+                sampled_formats = (
+                    {iid: FactLineFormat(*f) for iid, f in formats.items()} if sampled else None
+                )
+                sinks = [(m, w, sampled_formats) for (m, _), w in zip(built, writers, strict=True)]
+                requests, writes = _drive(sinks, batches, lanes, fixed, path, bar)
                 summaries = manager.list_instances()
             if not requests:
                 raise LocatedError(
@@ -318,6 +257,9 @@ def run_replay(
         close = getattr(batches, "close", None)
         if close is not None:
             close()
+    estimates = None
+    if sampled:
+        estimates = SampledEstimates.read(sample_rate, [str(p) for p in paths], max_line_bytes)
     elapsed = time.perf_counter() - started
     return ReplaySummary(
         requests=requests,
@@ -328,7 +270,61 @@ def run_replay(
         requests_per_s=requests / elapsed if elapsed > 0 else 0.0,
         facts_path=str(facts_path),
         instance_summaries=tuple(summaries),
+        sampled=estimates,
     )
+
+
+def sample_dir(rate: float, seed: int) -> str:
+    """The folder of one seed's sampled ledger in the output folder:
+    ``sample-r{rate:g}-seed{seed}`` (as ``optimize --sample-rate`` names its seeds')."""
+    return f"sample-r{rate:g}-seed{seed}"
+
+
+def sampling_refusal(config: ReplayConfig, models: dict[str, str]) -> str | None:
+    """Why ``config`` cannot be replayed on a per-block sample, or None. Per-block sampling
+    is exact in expectation only when a block's prefix hit is its own stack distance
+    (tail-first LRU; LiteHit gives each instance its own capacity): a head-first group or a
+    hybrid instance is refused, naming it and pointing to subtree sampling. O(groups)."""
+    where = "; sample it by subtree with litehit tradeoff --sample-rate (or optimize)"
+    for g in config.instance_groups:
+        if g.touch_order != "tail-first":
+            return (
+                "--sample-rate samples blocks, exact in expectation only under tail-first LRU: "
+                f"instance group {g.name!r} has touch_order {g.touch_order!r}{where}"
+            )
+    for iid, model in models.items():
+        if model != DEFAULT_MODEL:
+            return (
+                f"--sample-rate samples full-attention blocks: instance {iid!r} has model "
+                f"{model!r}{where}"
+            )
+    return None
+
+
+def _manager(
+    config: ReplayConfig, lru_engine: str, sample_rate: float, seed: int
+) -> tuple[OnlineOptimizerManager, list[Any]]:
+    """A fresh manager with ``config``'s groups and instances (every refusal reported at
+    once: the config's error), sampling at ``sample_rate`` with ``seed``; its
+    registration results in instance order."""
+    policy = QueryPolicy.offline(config.block_size, sample_rate, seed)
+    manager = OnlineOptimizerManager(policy=policy, lru_engine=lru_engine)
+    problems, refused = [], set()  # every group and instance the manager refuses, at once
+    for i, group in enumerate(config.instance_groups):
+        try:
+            manager.create_group(group)
+        except OptimizerError as exc:
+            problems.append(config.error(f"instance_groups[{i}]", str(exc)))
+            refused.add(group.name)
+    results = []
+    for i, reg in enumerate(config.instances):
+        try:
+            if reg.instance_group not in refused:  # else its group's error says it all
+                results.append(manager.register_instance(reg))
+        except OptimizerError as exc:
+            problems.append(config.error(f"instances[{i}]", str(exc)))
+    raise_config_errors(problems)
+    return manager, results
 
 
 def _progress_bar(path: str, whole_input: bool, enabled: bool) -> Any:
@@ -389,41 +385,68 @@ def _routed(
             raise error
 
 
+_Sink = tuple[OnlineOptimizerManager, FactsWriter, "dict[str, FactLineFormat] | None"]
+"""A manager replaying the routed events and the ledger its rows go to; with the lanes'
+formats for a sampled ledger (None: the lanes' own exact lines)."""
+
+
 def _drive(
-    manager: OnlineOptimizerManager,
+    sinks: Sequence[_Sink],
     batches: Iterator[Batch],
     lanes: dict[str, _Lane],
     fixed: tuple[_Lane, ...] | None,
     path: str,
-    config: ReplayConfig,
-    writer: FactsWriter,
     bar: Any,
 ) -> tuple[int, int]:
-    """The hot loop: query, format and write every routed event (:func:`_routed`).
+    """The hot loop: query, format and write every routed event (:func:`_routed`), the
+    trace read once for every sink (one for an exact replay, one per seed sampled).
     Returns (requests, writes).
 
-    Per request: one ``record_query`` per routed instance and one line from the lane's
-    :class:`~litehit_core.FactLineFormat`.
+    Per request and sink: one ``record_query`` per routed instance and one line from the
+    lane's :class:`~litehit_core.FactLineFormat` (a sampled ledger's line also carries the
+    blocks the sample kept).
     """
-    record = manager.record_query
     counts = [0, 0]
     rows: list[str] = []
     append = rows.append
-    batched = any(manager.batched(lane_id) for lane_id in manager.instance_ids())
+    modes = [any(m.batched(lane_id) for lane_id in m.instance_ids()) for m, _, _ in sinks]
     for routed in _routed(batches, lanes, fixed, path, bar, counts):
-        if batched:
-            _record_batches(manager, routed, path, append)
-        else:
-            for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
-                for lane_id, line in targets:
-                    try:
-                        fact, tokens = record(lane_id, keys, input_len, ts)
-                    except OptimizerError as exc:
-                        raise LocatedError(path, line_no, str(exc)) from None
-                    append(line(tid, ts, tokens, fact.hit_curve))
-        writer.write_lines(rows)
-        rows.clear()
+        for (manager, writer, sampled), batched in zip(sinks, modes, strict=True):
+            if batched:
+                _record_batches(manager, routed, path, append, sampled)
+            elif sampled is None:
+                record = manager.record_query
+                for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
+                    for lane_id, line in targets:
+                        try:
+                            fact, tokens = record(lane_id, keys, input_len, ts)
+                        except OptimizerError as exc:
+                            raise LocatedError(path, line_no, str(exc)) from None
+                        append(line(tid, ts, tokens, fact.hit_curve))
+            else:
+                _record_sampled(manager, routed, path, append, sampled)
+            writer.write_lines(rows)
+            rows.clear()
     return counts[0] - counts[1], counts[1]
+
+
+def _record_sampled(
+    manager: OnlineOptimizerManager,
+    routed: list[tuple[Event, tuple[_Lane, ...]]],
+    path: str,
+    append: Callable[[str], None],
+    formats: dict[str, FactLineFormat],
+) -> None:
+    """:func:`_drive`'s one-by-one loop for a sampled ledger. O(events)."""
+    record = manager.record_query
+    for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
+        for lane_id, _ in targets:
+            try:
+                fact, tokens = record(lane_id, keys, input_len, ts)
+            except OptimizerError as exc:
+                raise LocatedError(path, line_no, str(exc)) from None
+            line = formats[lane_id].sampled_line
+            append(line(tid, ts, tokens, fact.total_blocks, fact.hit_curve))
 
 
 def _record_batches(
@@ -431,6 +454,7 @@ def _record_batches(
     routed: list[tuple[Event, tuple[_Lane, ...]]],
     path: str,
     append: Callable[[str], None],
+    sampled: dict[str, FactLineFormat] | None = None,
 ) -> None:
     """One routed batch through :meth:`~OnlineOptimizerManager.record_batch`, one call per
     instance (instances are independent, so grouping changes no fact), then its rows in
@@ -453,6 +477,14 @@ def _record_batches(
         answers[lane_id] = (iter(facts), iter(tokens))
     if failure is not None:
         raise LocatedError(path, failure[0], failure[1])
+    if sampled is not None:  # a sampled ledger's lines: the blocks kept, then the curve
+        for (_, _, _, tid, ts, *_), targets in routed:
+            for lane_id, _ in targets:
+                facts_left, tokens_left = answers[lane_id]
+                fact = next(facts_left)
+                line = sampled[lane_id].sampled_line
+                append(line(tid, ts, next(tokens_left), fact.total_blocks, fact.hit_curve))
+        return
     for (_, _, _, tid, ts, *_), targets in routed:
         for lane_id, line in targets:
             facts_left, tokens_left = answers[lane_id]

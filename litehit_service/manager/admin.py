@@ -48,7 +48,7 @@ from litehit_service.manager.durable import (
 )
 from litehit_service.manager.instance import THEORETICAL_OFF, InstanceInfo, InstanceState
 from litehit_service.manager.placement import ManagerLimits, place_instance, validated_group
-from litehit_service.manager.preparation import prepare_packed, prepare_query
+from litehit_service.manager.preparation import prepare_packed, prepare_query, sampled_keys
 from litehit_service.manager.recording import apply_query, replay_packed
 from litehit_service.model import (
     HitRateCurveResult,
@@ -368,7 +368,7 @@ class OnlineOptimizerManager:
         for i, (block_keys, input_token_len, timestamp_ns) in enumerate(requests):
             try:
                 normalized, tokens, stamp = prepare_query(
-                    state, policy, block_keys, input_token_len, 0, timestamp_ns
+                    state, policy, block_keys, input_token_len, 0, timestamp_ns, sample=False
                 )
             except OptimizerError as exc:
                 refused = BatchQueryError(i, exc)
@@ -384,9 +384,10 @@ class OnlineOptimizerManager:
             )
             if refused is not None:
                 raise refused
+            kept_keys, offsets = sampled_keys(policy, np.array(keys, np.int64), offsets)
             _, _, _, _, facts = replay_packed(
                 state,
-                np.array(keys, np.int64),
+                kept_keys,
                 offsets,
                 np.array(token_list, np.int64),
                 now,

@@ -18,11 +18,28 @@ import numpy as np
 
 from litehit_core import InvalidRequestError, normalize_request
 from litehit_core.normalize import plain_token_lens
+from litehit_core.sampling import kept
 from litehit_service.errors import InvalidArgument
 from litehit_service.manager.instance import InstanceState
 from litehit_service.policy import QueryPolicy
 
-__all__ = ["prepare_packed", "prepare_query"]
+__all__ = ["prepare_packed", "prepare_query", "sampled_keys"]
+
+
+def sampled_keys(
+    policy: QueryPolicy, keys: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The normalised ``keys`` (int64) of many queries (query i: ``keys[offsets[i]:
+    offsets[i + 1]]``) the policy's sample keeps, and their offsets; unchanged at rate 1.
+    One vectorised hash per key. O(keys)."""
+    if policy.sample_rate >= 1:
+        return keys, offsets
+    mask = kept(keys, policy.sample_seed, policy.sample_rate)
+    lens = np.diff(offsets)
+    query = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    out = np.zeros_like(offsets)
+    np.cumsum(np.bincount(query[mask], minlength=len(lens)), out=out[1:])
+    return keys[mask], out
 
 
 def prepare_query(
@@ -32,10 +49,12 @@ def prepare_query(
     input_token_len: int,
     token_ids_len: int,
     timestamp_ns: int,
+    sample: bool = True,
 ) -> tuple[list[int], int, int]:
     """Validate and normalise one query of ``state`` (a unary TraceQuery, one query of a
     stream, or one request of an offline batch) by the policy's rules 1-8: (keys, tokens,
-    time). Changes nothing. O(keys)."""
+    time); the keys then filtered by the policy's sample unless ``sample`` is False (a
+    batch filters all its keys at once: :func:`sampled_keys`). Changes nothing. O(keys)."""
     if input_token_len < 0:
         raise InvalidArgument(f"input_token_len must not be negative, got {input_token_len}")
     if token_ids_len < 0:
@@ -56,6 +75,9 @@ def prepare_query(
         )
     except InvalidRequestError as exc:
         raise InvalidArgument(f"instance_id {state.instance_id!r}: {exc}") from None
+    if sample and policy.sample_rate < 1 and keys:
+        array = np.array(keys, np.int64)
+        keys = array[kept(array, policy.sample_seed, policy.sample_rate)].tolist()
     return keys, tokens, stamp
 
 

@@ -9,17 +9,19 @@ times: they never scale. :func:`unscaled_bytes` maps a sampled byte count (a pea
 
 The estimate of a hit rate is the ratio of accumulated integers, hit tokens over input
 tokens summed over the seeds; its band is the lowest and highest of the seeds' own rates
-(:class:`Estimate`). Cost: O(records) per seed for the trunk bytes, O(groups) the rest.
+(:class:`~litehit_core.sampled_facts.Estimate`, shared with ``litehit replay
+--sample-rate``). Cost: O(records) per seed for the trunk bytes, O(groups) the rest.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from litehit_core.sampled_facts import Estimate
 from litehit_core.sampling import scaled_bytes, scaled_count
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.trace import LoadedTrace
@@ -78,40 +80,3 @@ def unscaled_bytes(sampled: int, trunk: int, rate: float) -> int:
     / R`` with ``T = min(trunk, sampled)``, rounded down. O(1)."""
     t = min(trunk, sampled)
     return t + math.floor((sampled - t) / rate)
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """A hit rate estimated from K seeds: per seed its hit and input tokens."""
-
-    hits: tuple[int, ...]
-    inputs: tuple[int, ...]
-
-    @property
-    def rate(self) -> float:
-        """Sum of hit tokens / sum of input tokens over the seeds (0 without input)."""
-        total = sum(self.inputs)
-        return sum(self.hits) / total if total else 0.0
-
-    @property
-    def per_seed(self) -> list[float]:
-        """Each seed's own hit rate."""
-        return [h / n if n else 0.0 for h, n in zip(self.hits, self.inputs, strict=True)]
-
-    @property
-    def low(self) -> float:
-        """The lowest seed's rate."""
-        return min(self.per_seed)
-
-    @property
-    def high(self) -> float:
-        """The highest seed's rate."""
-        return max(self.per_seed)
-
-    def text(self) -> str:
-        """``≈ 45.12% (44.80..45.40% over 4 seeds)``, or ``≈ 45.12% (1 seed)``."""
-        k = len(self.hits)
-        if k == 1:
-            return f"≈ {self.rate * 100:.2f}% (1 seed, no band)"
-        band = f"{self.low * 100:.2f}..{self.high * 100:.2f}%"
-        return f"≈ {self.rate * 100:.2f}% ({band} over {k} seeds)"
