@@ -102,18 +102,21 @@ REPLAY_CHUNK_BYTES = 1 << 20
 4 MiB on the Mooncake conversation x 40, the same time)."""
 
 
-def lru_engine_for(engine: str, trace_path: str) -> str:
+def lru_engine_for(engine: str, trace_path: str, sample_rate: float = 1.0) -> str:
     """The full-attention engine a replay uses: ``engine`` itself, or for ``"auto"`` the
     engine registry's pick for the trace's size in JSONL bytes
     (:func:`~litehit_core.engine.auto_lru_engine`; a compressed or Parquet file counts
     :data:`~litehit_service.traces.readers.compressed.EXPANSION` times its size, an
-    unreadable file as empty, and the reader reports it with its own message). ValueError
-    naming the value for anything else."""
+    unreadable file as empty, and the reader reports it with its own message), times
+    ``sample_rate`` for a sampled replay (its engines hold ~R of the blocks: below the
+    compact engine's threshold the Python engine's smaller start-up wins, 65 vs 180 MB of
+    peak RSS on Mooncake x 10 at R = 0.01, bench/bench_replay_sampling.py, 2026-12-05).
+    ValueError naming the value for anything else."""
     if engine not in REPLAY_ENGINES:
         raise ValueError(f"engine must be one of {list(REPLAY_ENGINES)}, got {engine!r}")
     if engine != "auto":
         return engine
-    return auto_lru_engine(text_bytes(trace_path))
+    return auto_lru_engine(int(text_bytes(trace_path) * sample_rate))
 
 
 def run_replay(
@@ -160,7 +163,7 @@ def run_replay(
     sampled = sample_rate < 1
     if sampled and executor != "local":
         raise InvalidRequestError("a sampled replay runs in this process: not with --executor ray")
-    lru_engine = lru_engine_for(engine, config.trace_file_path)
+    lru_engine = lru_engine_for(engine, config.trace_file_path, sample_rate)
     if progress is None:
         progress = sys.stderr.isatty()
     seeds = sample_seeds if sampled else 1
@@ -412,9 +415,9 @@ def _drive(
     modes = [any(m.batched(lane_id) for lane_id in m.instance_ids()) for m, _, _ in sinks]
     for routed in _routed(batches, lanes, fixed, path, bar, counts):
         for (manager, writer, sampled), batched in zip(sinks, modes, strict=True):
-            if batched:
+            if batched or sampled is not None:  # a sample: its keys filtered batch by batch
                 _record_batches(manager, routed, path, append, sampled)
-            elif sampled is None:
+            else:
                 record = manager.record_query
                 for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
                     for lane_id, line in targets:
@@ -423,30 +426,9 @@ def _drive(
                         except OptimizerError as exc:
                             raise LocatedError(path, line_no, str(exc)) from None
                         append(line(tid, ts, tokens, fact.hit_curve))
-            else:
-                _record_sampled(manager, routed, path, append, sampled)
             writer.write_lines(rows)
             rows.clear()
     return counts[0] - counts[1], counts[1]
-
-
-def _record_sampled(
-    manager: OnlineOptimizerManager,
-    routed: list[tuple[Event, tuple[_Lane, ...]]],
-    path: str,
-    append: Callable[[str], None],
-    formats: dict[str, FactLineFormat],
-) -> None:
-    """:func:`_drive`'s one-by-one loop for a sampled ledger. O(events)."""
-    record = manager.record_query
-    for (line_no, _, _, tid, ts, keys, input_len, *_), targets in routed:
-        for lane_id, _ in targets:
-            try:
-                fact, tokens = record(lane_id, keys, input_len, ts)
-            except OptimizerError as exc:
-                raise LocatedError(path, line_no, str(exc)) from None
-            line = formats[lane_id].sampled_line
-            append(line(tid, ts, tokens, fact.total_blocks, fact.hit_curve))
 
 
 def _record_batches(
