@@ -169,10 +169,9 @@ def test_sampled_curve_close_to_the_exact_one_at_quarter_rate(big: dict[str, Any
     # 1000 blocks, the bias -0.3..0 points; 4 points is ~4 sd of one seed, 1 point ~2.5 sd
     # of the pool of 8 (the run is deterministic: no flakiness, the margin is for
     # innocuous changes). Below 1/R x ~50 blocks the sample's cache is too small (4.4
-    # points sd at 1 %): docs/offline.md says how to pick R. Bugs caught: hits not scaled
-    # by 1/R, capacities not scaled by R, no SHARDS_adj correction (one seed was 13 points
-    # off without it), the correction's sign flipped, tokens of the sample as the
-    # denominator.
+    # points sd at 1 %): docs/offline.md says how to pick R. Bugs caught (planted: worst
+    # error): hits not scaled by 1/R (52 points), capacities not scaled by R (11), no
+    # SHARDS_adj correction (24: a hot prompt block kept or not), its sign flipped (48).
     tmp, exact = big["tmp"], big["exact"]
     _, (cur,) = ledger_curves(exact.facts_path)
     unique = cur.saturation
@@ -190,9 +189,8 @@ def test_infinite_capacity_estimate_is_unbiased_over_many_seeds(tmp_path: Path) 
     # (its ancestors too, tail first), each block kept with probability R whatever its
     # fate, and E[R N - n] = 0; so the mean over 64 seeds at R = 0.5 is within 3 standard
     # errors of the exact value (finite capacities are unbiased only approximately: a
-    # sampled distance is binomial around R d). Bugs caught: the correction added once
-    # per seed's rows twice, a hash that keeps a block's descendants with it (a salt
-    # ignored: every seed the same sample, standard error 0, the mean off).
+    # sampled distance is binomial around R d). Bug caught: the seed not salting the
+    # hash (every seed the same sample: standard error 0, the mean off by 0.4 points).
     config = load_config(str(write_setup(tmp_path, shared_trace(3, 300))))
     exact = run_replay(config, progress=False)
     want = exact.instance_summaries[0].max_hit_rate
@@ -209,8 +207,8 @@ def test_infinite_capacity_estimate_is_unbiased_over_many_seeds(tmp_path: Path) 
 
 def test_rate_one_is_the_exact_replay_byte_for_byte(tmp_path: Path) -> None:
     # R = 1 (the default, or given) is the exact replay: the same ledger, byte for byte,
-    # and no sample folder. Bug caught: R = 1 taking the sampled path (a sample line and
-    # the sampled_blocks column in the exact ledger).
+    # and no sample folder. Bug caught: R = 1 taking the sampled path (planted: the run
+    # wrote a sample line no reader accepts, exit 2).
     config = write_setup(tmp_path, shared_trace(2, 200))
     assert run_cli("replay", str(config), "--quiet", "-o", str(tmp_path / "a")).returncode == 0
     proc = run_cli("replay", str(config), "--quiet", "--sample-rate", "1", "-o",
@@ -225,9 +223,10 @@ def test_sampled_ledgers_are_marked_and_deterministic_per_seed(tmp_path: Path) -
     # A sampled ledger starts with its sample line and the sampled header; input tokens
     # are the whole requests' (the exact ledger's, row by row); the same seed gives the
     # same bytes, another seed another sample; the python and compact engines agree.
-    # Bugs caught: a salt from the clock (runs differ), the seed ignored (seeds equal),
-    # the sample's tokens as the denominator, the batch filter's offsets off by a request
-    # (compact differs from python).
+    # Bugs caught: the batch filter's offsets shifted by a request (rows get another
+    # request's kept-block count: the reader refuses the ledger), the sample's tokens
+    # written as input_token_len; a salt that is not a function of the seed alone would
+    # make runs differ or seeds agree.
     config = load_config(str(write_setup(tmp_path, shared_trace(4, 400))))
     exact = run_replay(config, progress=False)
     runs = []
@@ -256,10 +255,10 @@ def test_sampled_ledgers_are_marked_and_deterministic_per_seed(tmp_path: Path) -
 
 def test_every_output_of_a_sampled_ledger_says_estimate(big: dict[str, Any]) -> None:
     # replay's text and --json, litehit curve's table, CSV and plot title, litehit
-    # query's summaries: each says it is an estimate, and query and replay agree on the
-    # numbers (one projection). Bugs caught: a sampled ledger read as exact by curve or
-    # query (no ≈, capacities of the sample), replay printing the manager's sample
-    # counters.
+    # query's summaries: each says it is an estimate, query and replay agree on the
+    # numbers (one projection) and they are the whole trace's. Bugs caught: a sampled
+    # ledger's curve read as exact (the sample's hits over the whole tokens: ~R of the
+    # rate), no ≈ or sample line, replay printing the manager's sample counters.
     tmp, sampled = big["tmp"], big["sampled"]
     lines = sampled.instance_lines()
     assert lines[0].startswith("sampled replay: R = 0.25, 8 seeds")
@@ -285,6 +284,8 @@ def test_every_output_of_a_sampled_ledger_says_estimate(big: dict[str, Any]) -> 
     assert rows[0]["total_input_tokens"] == big["exact"].instance_summaries[0].total_input_tokens
     from_replay = data["instances"][0]["capacities"][0]["hit_rate_per_seed"][0]
     assert rows[0]["hit_rates"][0] == pytest.approx(from_replay, abs=1e-4)
+    exact_inf = big["exact"].instance_summaries[0].max_hit_rate
+    assert rows[0]["hit_rates"][1] == pytest.approx(exact_inf, abs=0.03)  # the whole trace's
 
 
 # ------------------------------------------------------------------ refusals
@@ -303,8 +304,9 @@ def test_every_output_of_a_sampled_ledger_says_estimate(big: dict[str, Any]) -> 
 def test_refusals_exit_2_naming_why(
     tmp_path: Path, args: list[str], group: dict[str, Any], words: list[str]
 ) -> None:
-    # Bugs caught: a head-first group sampled per block (the estimate silently wrong: the
-    # prefix hit is not the own distance there), --sample-seeds ignored without a rate.
+    # Bugs caught: the refusal skipped (a head-first group sampled per block: the prefix
+    # hit is not the own distance there; it crashed with exit 1), --sample-seeds ignored
+    # without a rate.
     config = write_setup(tmp_path, shared_trace(5, 20), **group)
     proc = run_cli("replay", str(config), "--quiet", *args)
     assert proc.returncode == 2, proc.stderr
