@@ -8,6 +8,10 @@ and a one-line summary (requests, instances, rows, elapsed, requests/s, facts pa
 stdout, or, with ``--json``, the same as one JSON object on stdout
 (:meth:`~litehit_service.litehit.replay.ReplaySummary.to_json`). Errors go to stderr.
 
+With ``--sample-rate R`` (< 1) and ``--sample-seeds K`` the ledgers are sampled ones, one
+per seed in ``sample-rR-seedK/`` of the output folder, and the instance lines (or the JSON)
+are estimates with their band (see docs/offline.md, "Sampled replays").
+
 Exit codes: 0 success; 2 bad config or trace (``path:line: reason`` on stderr, nothing
 published); 1 unexpected internal error (also nothing published); 130 / 143 stopped by
 SIGINT / SIGTERM (the ledger's temporary removed, a previous ledger untouched).

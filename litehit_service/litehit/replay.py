@@ -31,6 +31,15 @@ Normalisation (prefix chaining, re-blocking) stays in ``trace_query``: the manag
 keys with the group's ``enable_prefix_hash`` itself, so keys normalised elsewhere would be
 chained twice.
 
+A sampled replay (``sample_rate`` R < 1, issue 37) reads the trace once for K seeds: one
+manager per seed whose policy keeps only the normalised keys its hash keeps
+(:func:`litehit_service.manager.preparation.sampled_keys`, one vectorised pass per batch
+through ``record_batch`` whatever the engine), one sampled ledger per seed
+(:data:`~litehit_core.facts.FACTS_HEADER_SAMPLED`: every request keeps its row and its
+whole ``input_token_len``); the summary's estimates are read back from those ledgers
+(:class:`~litehit_service.litehit.summary.SampledEstimates`). Only tail-first LRU: see
+:func:`sampling_refusal`.
+
 Cost: O(trace bytes) parsing plus, per request and routed instance, one ``record_query``
 (O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + engine
 state). With the compact engine (``engine``: ``"compact"``, or ``"auto"`` for a trace of

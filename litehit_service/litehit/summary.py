@@ -136,9 +136,13 @@ class ReplaySummary:
     estimates are shown."""
 
     def summary_line(self) -> str:
-        """The one-line summary: requests, instances, rows, elapsed, requests/s, facts path."""
+        """The one-line summary: requests, instances, rows, elapsed, requests/s, facts path
+        (a sampled replay's: its first seed's, and how many more)."""
         parts = f"{self.instances} instances, {self.rows} rows"
-        return run_line("replay", self.requests, "requests", parts, self.elapsed_s, self.facts_path)
+        dest = self.facts_path
+        if self.sampled is not None and len(self.sampled.paths) > 1:
+            dest += f" and {len(self.sampled.paths) - 1} more seed(s)"
+        return run_line("replay", self.requests, "requests", parts, self.elapsed_s, dest)
 
     def instance_lines(self) -> list[str]:
         """One line per instance: its token hit rate at every capacity slot (and infinite);
