@@ -28,7 +28,7 @@ from litehit_core.curve import InstanceCurve
 from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.model import TOUCH_ORDERS
 from litehit_service.optimizer.optimize.config import OptimizeConfig
-from litehit_service.optimizer.optimize.exact import exact_qualifies
+from litehit_service.optimizer.optimize.exact import config_qualifies, exact_qualifies
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 from litehit_service.optimizer.tradeoff.points import (
     EXACT,
@@ -36,10 +36,12 @@ from litehit_service.optimizer.tradeoff.points import (
     Point,
     group_quotas,
 )
+from litehit_service.optimizer.tradeoff.stream import TraceFacts
 
 __all__ = [
     "TOUCH_ORDERS",
     "exact_orders",
+    "facts_orders",
     "exact_point",
     "litehit_curves",
     "smallest_capacity",
@@ -88,6 +90,31 @@ def exact_orders(config: OptimizeConfig, trace: LoadedTrace) -> tuple[str, ...] 
             if order is None or not exact_qualifies(config, trace, gi, ii):
                 return None
             orders.append(order)
+    return tuple(orders)
+
+
+def facts_orders(config: OptimizeConfig, facts: TraceFacts | None) -> tuple[str, ...] | None:
+    """:func:`exact_orders` of a streamed trace, from its ``facts``
+    (:func:`~.stream.stream_facts`; None: not gathered, as no swept configuration passes
+    §7b's configuration checks): the same answer, the same checks. O(instances)."""
+    if facts is None:
+        return None
+    by_model = {touch_order_model(o): o for o in TOUCH_ORDERS}
+    orders: list[str] = []
+    k = 0
+    for gi, group in enumerate(config.groups):
+        for ii, inst in enumerate(group.instances):
+            order = by_model.get(inst.policy.exact) if inst.policy.exact else None
+            if (
+                order is None
+                or not config_qualifies(config, gi, ii, facts.has_ttls)
+                or not facts.requests_only[k]
+                or facts.masked[k]
+                or not facts.prefix_determined
+            ):
+                return None
+            orders.append(order)
+            k += 1
     return tuple(orders)
 
 
