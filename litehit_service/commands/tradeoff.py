@@ -1,12 +1,15 @@
 """``litehit tradeoff``: hit rate against capacity, one policy replay per capacity (spec §8).
 
-Reads an optimizer configuration (positional or ``-c CONFIG.json``), decodes its trace once,
-replays it at infinite quota (the theoretical hit rate and peak cached bytes ``M``), then
-at up to ``--num-points`` capacities ``M * e^x`` (x over [-8, 0]) in ascending order,
-stopping after the first reaching 99 % of the theoretical, in parallel (``--max-workers``
-processes, or Ray tasks with ``--executor ray``; the same numbers for any workers), and
-refines the 95 % and 99 % capacities by bisection to within 1 %. Under spec §7b the
-``lru`` curve comes from LiteHit's exact pass instead. Writes under ``pareto/`` of the
+Reads an optimizer configuration (positional or ``-c CONFIG.json``), decodes its trace once
+(or, for a trace of ``PLAN_BYTES`` of JSONL text or more under the local executor, lets
+every replay read it in batches in its worker: :func:`streams`,
+:mod:`~litehit_service.optimizer.tradeoff.stream`; records at most ``--reorder-window-ms``
+out of order), replays it at infinite quota (the theoretical hit rate and peak cached
+bytes ``M``), then at up to ``--num-points`` capacities ``M * e^x`` (x over [-8, 0]) in
+ascending order, stopping after the first reaching 99 % of the theoretical, in parallel
+(``--max-workers`` processes, or Ray tasks with ``--executor ray``; the same numbers for
+any workers), and refines the 95 % and 99 % capacities by bisection to within 1 %. Under
+spec §7b the ``lru`` curve comes from LiteHit's exact pass instead. Writes under ``pareto/`` of the
 configuration's ``output_result_path`` (or ``-o DIR``), all or nothing: one CSV per
 capacity, the curve's CSV, LiteHit's reference curves and the pictures
 (:mod:`litehit_service.optimizer.tradeoff.files`). ``--skip-run`` re-plots from that

@@ -13,7 +13,8 @@ keys that name their prefix) a policy whose
 replay is LiteHit's model (:attr:`PolicyModel.exact`: ``lru``, and ``ttl`` without TTLs)
 *is* that curve, request for request: :func:`exact_orders` says which curve, and the
 trade-off then reads its points and its 95 %/99 % capacities (:func:`smallest_capacity`)
-from it instead of replaying. Elsewhere the curves are references, not predictions.
+from it instead of replaying (:func:`facts_orders`: the same answer for a streamed trace,
+from its facts). Elsewhere the curves are references, not predictions.
 Engines and projections come from the registry (:mod:`litehit_core.engine`). Cost: one
 pass per touch order, O(keys); a capacity read O(instances x log breakpoints).
 """

@@ -29,6 +29,12 @@ point, and the smallest capacities reaching 95 %/99 % (exact, no bisection). Lit
 tail-first and head-first curves are computed for every run (two passes, in the pool
 beside the warm-up) and drawn as references. Cost: (1 + points + ~10) replays per policy
 over ``workers``, plus two LiteHit passes.
+
+The trace is either decoded once (the workers inherit it) or a
+:class:`~.stream.TraceSource` every task reads in batches itself (:mod:`.stream`: memory
+follows the cache); then the §7b check reads the trace's facts from one more pass
+(:func:`~.stream.stream_facts`, only when a swept configuration passes §7b's
+configuration checks). The result is the same either way.
 """
 
 from __future__ import annotations
