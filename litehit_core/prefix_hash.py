@@ -65,7 +65,7 @@ _Run = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _distinct(keys: np.ndarray, parent: np.ndarray, root: np.ndarray) -> _Run | None:
     """The distinct keys of the triples, or None when a key has two (parent, root)."""
-    order = np.argsort(keys, kind="stable")  # two sorted runs: one merge (timsort)
+    order = np.argsort(keys, kind="stable")
     k, p, r = keys[order], parent[order], root[order]
     same = k[1:] == k[:-1]
     if bool((same & ((p[1:] != p[:-1]) | (r[1:] != r[:-1]))).any()):
@@ -75,14 +75,35 @@ def _distinct(keys: np.ndarray, parent: np.ndarray, root: np.ndarray) -> _Run | 
     return k[keep], p[keep], r[keep]
 
 
+def _union(a: _Run, b: _Run) -> _Run | None:
+    """Two runs as one, or None when a key of both has two (parent, root): ``b``'s keys
+    looked up in ``a`` (binary search), the new ones inserted. Memory: the output, 9 bytes
+    a key of ``b`` besides the inputs (no sort of the whole). O((A + B) + B log A)."""
+    ak, ap, ar = a
+    bk, bp, br = b
+    at = np.searchsorted(ak, bk)
+    found = at < len(ak)
+    found[found] = ak[at[found]] == bk[found]
+    hit = at[found]
+    if bool(((ap[hit] != bp[found]) | (ar[hit] != br[found])).any()):
+        return None
+    new = ~found
+    where = at[new]
+    return (
+        np.insert(ak, where, bk[new]),
+        np.insert(ap, where, bp[new]),
+        np.insert(ar, where, br[new]),
+    )
+
+
 class PrefixCheck:
     """:func:`keys_name_their_prefix` over requests given batch by batch (a streamed
     trace): :meth:`add` each batch's keys and offsets, then :attr:`determined` (after
     :meth:`finish`). Holds each distinct key once with its parent and whether it starts a
     request (17 bytes a distinct key) in sorted runs of geometrically growing sizes,
-    merged as they grow (a log-structured merge): O(K log K) over the keys, memory O(distinct
-    keys), ~3x that during the last merge. Stops holding anything at the first key found
-    with two parents."""
+    merged as they grow (a log-structured merge, each merge a binary search and an insert):
+    O(K log K) over the keys, memory O(distinct keys), ~2.3x that during the last merge.
+    Stops holding anything at the first key found with two parents."""
 
     def __init__(self) -> None:
         self.determined = True
@@ -121,7 +142,5 @@ class PrefixCheck:
             self._runs.append(run)
 
     def _merge(self) -> None:
-        b, a = self._runs.pop(), self._runs.pop()
-        both = tuple(np.concatenate(pair) for pair in zip(a, b, strict=True))
-        del a, b
-        self._push(_distinct(*both))
+        b = self._runs.pop()
+        self._push(_union(self._runs.pop(), b))
