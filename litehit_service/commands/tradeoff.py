@@ -1,12 +1,15 @@
 """``litehit tradeoff``: hit rate against capacity, one policy replay per capacity (spec §8).
 
-Reads an optimizer configuration (positional or ``-c CONFIG.json``), decodes its trace once,
-replays it at infinite quota (the theoretical hit rate and peak cached bytes ``M``), then
-at up to ``--num-points`` capacities ``M * e^x`` (x over [-8, 0]) in ascending order,
-stopping after the first reaching 99 % of the theoretical, in parallel (``--max-workers``
-processes, or Ray tasks with ``--executor ray``; the same numbers for any workers), and
-refines the 95 % and 99 % capacities by bisection to within 1 %. Under spec §7b the
-``lru`` curve comes from LiteHit's exact pass instead. Writes under ``pareto/`` of the
+Reads an optimizer configuration (positional or ``-c CONFIG.json``), decodes its trace once
+(or, for a trace of ``PLAN_BYTES`` of JSONL text or more under the local executor, lets
+every replay read it in batches in its worker: :func:`streams`,
+:mod:`~litehit_service.optimizer.tradeoff.stream`; records at most ``--reorder-window-ms``
+out of order), replays it at infinite quota (the theoretical hit rate and peak cached
+bytes ``M``), then at up to ``--num-points`` capacities ``M * e^x`` (x over [-8, 0]) in
+ascending order, stopping after the first reaching 99 % of the theoretical, in parallel
+(``--max-workers`` processes, or Ray tasks with ``--executor ray``; the same numbers for
+any workers), and refines the 95 % and 99 % capacities by bisection to within 1 %. Under
+spec §7b the ``lru`` curve comes from LiteHit's exact pass instead. Writes under ``pareto/`` of the
 configuration's ``output_result_path`` (or ``-o DIR``), all or nothing: one CSV per
 capacity, the curve's CSV, LiteHit's reference curves and the pictures
 (:mod:`litehit_service.optimizer.tradeoff.files`). ``--skip-run`` re-plots from that
@@ -34,6 +37,7 @@ from litehit_service.commands.options import (
     add_trace_options,
     config_path,
     positive_int,
+    reorder_window_ns,
 )
 
 HIT_RATE_CHOICES = ("total", "local", "remote", "all")
@@ -154,7 +158,7 @@ def register(subparsers: Any) -> None:
     )
     add_output_dir(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    add_trace_options(p, streamed=False)  # the trace is decoded once, sorted whole
+    add_trace_options(p)  # --reorder-window-ms: a large trace is streamed
     add_sample_options(p)
     p.set_defaults(func=run)
 
@@ -395,13 +399,25 @@ def _figures(
     return figures, drops
 
 
+def streams(args: argparse.Namespace, config: Any) -> bool:
+    """Whether the replays stream the trace (each task reads it in batches in its worker,
+    :mod:`litehit_service.optimizer.tradeoff.stream`) rather than fork from one decoded
+    copy: with the local executor, for a trace of
+    :data:`~litehit_service.offline.outputs.PLAN_BYTES` of JSONL text or more (the rule
+    ``optimize`` follows; tests move it to force either mode). O(1)."""
+    from litehit_service.offline import outputs
+    from litehit_service.traces.readers.compressed import text_bytes
+
+    return args.executor == "local" and text_bytes(config.trace_file_path) >= outputs.PLAN_BYTES
+
+
 def _sweep(
     args: argparse.Namespace, config: Any, out_dir: str, titles: dict[str, str]
 ) -> tuple[list, Any, list[str]]:
     """Replay the sweep and write its files: the rows, the result and the files written."""
     from litehit_service.offline.kernels import load_kernels
     from litehit_service.offline.outputs import progress_bar
-    from litehit_service.optimizer.optimize.trace import load_trace
+    from litehit_service.optimizer.optimize.trace import LoadedTrace, load_trace
     from litehit_service.optimizer.tradeoff.files import (
         REFERENCE_CSV,
         point_csv,
@@ -415,6 +431,7 @@ def _sweep(
         write_files,
     )
     from litehit_service.optimizer.tradeoff.pool import default_workers
+    from litehit_service.optimizer.tradeoff.stream import TraceSource
     from litehit_service.optimizer.tradeoff.sweep import (
         TradeoffOptions,
         loading_config,
@@ -424,12 +441,17 @@ def _sweep(
 
     policies = tuple(args.eviction_policies) if args.eviction_policies else None
     variants = sweep_configs(config, policies)
-    trace = load_trace(
-        loading_config([cfg for _, cfg in variants]),
-        trace_format=args.trace_format,
-        instance=args.instance,
-        max_line_bytes=args.max_line_bytes,
-    )
+    trace: LoadedTrace | TraceSource
+    if streams(args, config):  # every replay reads the batches itself, in its worker
+        trace = TraceSource(str(config.trace_file_path), args.trace_format, args.instance,
+                            args.max_line_bytes, reorder_window_ns(args))  # fmt: skip
+    else:
+        trace = load_trace(
+            loading_config([cfg for _, cfg in variants]),
+            trace_format=args.trace_format,
+            instance=args.instance,
+            max_line_bytes=args.max_line_bytes,
+        )
     options = TradeoffOptions(
         policies=policies,
         num_points=args.num_points,

@@ -24,7 +24,13 @@ from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.run import OptimizeResult
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 
-__all__ = ["ExactRates", "exact_qualifies", "exact_rates", "prefix_determined"]
+__all__ = [
+    "ExactRates",
+    "config_qualifies",
+    "exact_qualifies",
+    "exact_rates",
+    "prefix_determined",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +55,7 @@ def exact_qualifies(
     (:func:`prefix_determined`). O(keys log keys)."""
     from litehit_core.policy_replay.loop import REQUEST
 
-    group = config.groups[group_index]
-    inst = group.instances[instance_index]
-    if inst.policy.exact is None or len(group.instances) != 1 or group.tiers:
-        return False
-    if config.write_delay_ns != 0 or config.eviction_mode != 3:
-        return False
-    if inst.policy.expires and (trace.ttl_values or not inst.params.get("fallback_on_pressure")):
+    if not config_qualifies(config, group_index, instance_index, bool(trace.ttl_values)):
         return False
     offset = sum(len(g.instances) for g in config.groups[:group_index])
     mine = trace.records.insts == offset + instance_index
@@ -65,6 +65,22 @@ def exact_qualifies(
     # neither: the same only without masks and when every key names its prefix
     mask = np.repeat(mine, np.diff(trace.records.key_off))
     return not trace.records.local[mask].any() and prefix_determined(trace.records)
+
+
+def config_qualifies(
+    config: OptimizeConfig, group_index: int, instance_index: int, has_ttls: bool
+) -> bool:
+    """The part of :func:`exact_qualifies` the configuration decides, given whether the
+    trace holds any TTL (``has_ttls``): a policy whose replay is LiteHit's, alone in an
+    untiered group, no delay, mode 3, and for a policy that expires blocks no TTL and the
+    LRU fallback on. O(1)."""
+    group = config.groups[group_index]
+    inst = group.instances[instance_index]
+    if inst.policy.exact is None or len(group.instances) != 1 or group.tiers:
+        return False
+    if config.write_delay_ns != 0 or config.eviction_mode != 3:
+        return False
+    return not (inst.policy.expires and (has_ttls or not inst.params.get("fallback_on_pressure")))
 
 
 def prefix_determined(records: ReplayRecords) -> bool:

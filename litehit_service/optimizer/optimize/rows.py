@@ -83,6 +83,11 @@ class InstanceRows:
         return int(self.input_tokens.sum())
 
     @property
+    def local_hit_tokens(self) -> int:
+        """Hit tokens of blocks marked local over every read of the instance."""
+        return int(self.local_hits.sum()) * self.block_size
+
+    @property
     def tier_hit_tokens(self) -> np.ndarray:
         """Hit tokens each tier served over every read (int64, one per tier)."""
         return self.tier_hits.sum(axis=0, dtype=np.int64) * self.block_size
@@ -147,12 +152,14 @@ def concat_rows(parts: Sequence[InstanceRows]) -> InstanceRows:
 @dataclass(slots=True)
 class RowTotals:
     """What the summary needs of an instance's reads when their rows were not kept:
-    ``reads``, ``total_input_tokens``, ``hit_tokens``, ``tier_hit_tokens`` (per tier)."""
+    ``reads``, ``total_input_tokens``, ``hit_tokens`` (``local_hit_tokens`` of them),
+    ``tier_hit_tokens`` (per tier)."""
 
     block_size: int
     reads: int = 0
     total_input_tokens: int = 0
     hit_blocks: int = 0
+    local_hit_blocks: int = 0
     tier_hit_blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def add(self, r: InstanceRows) -> None:
@@ -160,6 +167,7 @@ class RowTotals:
         self.reads += r.reads
         self.total_input_tokens += int(r.input_tokens.sum())
         self.hit_blocks += int(r.local_hits.sum() + r.remote_hits.sum())
+        self.local_hit_blocks += int(r.local_hits.sum())
         tier = r.tier_hits.sum(axis=0, dtype=np.int64)
         if len(self.tier_hit_blocks) != len(tier):
             self.tier_hit_blocks = np.zeros(len(tier), dtype=np.int64)
@@ -168,6 +176,10 @@ class RowTotals:
     @property
     def hit_tokens(self) -> int:
         return self.hit_blocks * self.block_size
+
+    @property
+    def local_hit_tokens(self) -> int:
+        return self.local_hit_blocks * self.block_size
 
     @property
     def tier_hit_tokens(self) -> np.ndarray:

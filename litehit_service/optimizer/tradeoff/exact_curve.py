@@ -13,7 +13,8 @@ keys that name their prefix) a policy whose
 replay is LiteHit's model (:attr:`PolicyModel.exact`: ``lru``, and ``ttl`` without TTLs)
 *is* that curve, request for request: :func:`exact_orders` says which curve, and the
 trade-off then reads its points and its 95 %/99 % capacities (:func:`smallest_capacity`)
-from it instead of replaying. Elsewhere the curves are references, not predictions.
+from it instead of replaying (:func:`facts_orders`: the same answer for a streamed trace,
+from its facts). Elsewhere the curves are references, not predictions.
 Engines and projections come from the registry (:mod:`litehit_core.engine`). Cost: one
 pass per touch order, O(keys); a capacity read O(instances x log breakpoints).
 """
@@ -28,7 +29,7 @@ from litehit_core.curve import InstanceCurve
 from litehit_core.engine import EngineSpec, create_engine, touch_order_model
 from litehit_core.model import TOUCH_ORDERS
 from litehit_service.optimizer.optimize.config import OptimizeConfig
-from litehit_service.optimizer.optimize.exact import exact_qualifies
+from litehit_service.optimizer.optimize.exact import config_qualifies, exact_qualifies
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 from litehit_service.optimizer.tradeoff.points import (
     EXACT,
@@ -36,10 +37,12 @@ from litehit_service.optimizer.tradeoff.points import (
     Point,
     group_quotas,
 )
+from litehit_service.optimizer.tradeoff.stream import TraceFacts
 
 __all__ = [
     "TOUCH_ORDERS",
     "exact_orders",
+    "facts_orders",
     "exact_point",
     "litehit_curves",
     "smallest_capacity",
@@ -88,6 +91,31 @@ def exact_orders(config: OptimizeConfig, trace: LoadedTrace) -> tuple[str, ...] 
             if order is None or not exact_qualifies(config, trace, gi, ii):
                 return None
             orders.append(order)
+    return tuple(orders)
+
+
+def facts_orders(config: OptimizeConfig, facts: TraceFacts | None) -> tuple[str, ...] | None:
+    """:func:`exact_orders` of a streamed trace, from its ``facts``
+    (:func:`~.stream.stream_facts`; None: not gathered, as no swept configuration passes
+    §7b's configuration checks): the same answer, the same checks. O(instances)."""
+    if facts is None:
+        return None
+    by_model = {touch_order_model(o): o for o in TOUCH_ORDERS}
+    orders: list[str] = []
+    k = 0
+    for gi, group in enumerate(config.groups):
+        for ii, inst in enumerate(group.instances):
+            order = by_model.get(inst.policy.exact) if inst.policy.exact else None
+            if (
+                order is None
+                or not config_qualifies(config, gi, ii, facts.has_ttls)
+                or not facts.requests_only[k]
+                or facts.masked[k]
+                or not facts.prefix_determined
+            ):
+                return None
+            orders.append(order)
+            k += 1
     return tuple(orders)
 
 

@@ -131,13 +131,14 @@ class Point:
 def point_from_result(
     label: str, capacity_bytes: int, config: OptimizeConfig, result: OptimizeResult
 ) -> Point:
-    """A :class:`Point` from one ``run_optimize`` result under ``config``. O(reads)."""
+    """A :class:`Point` from one ``run_optimize`` result under ``config`` (its rows, or
+    their totals from a streamed replay). O(reads)."""
     quotas = [g.quota_bytes for g in config.groups for _ in g.instances]
     instances = []
     for inst, r, quota in zip(config.instances, result.instances, quotas, strict=True):
         rows = r.rows
-        local = int(rows.local_hits.sum()) * rows.block_size
-        remote = int(rows.remote_hits.sum()) * rows.block_size
+        local = rows.local_hit_tokens
+        remote = rows.hit_tokens - local
         instances.append(
             InstancePoint(
                 instance_id=r.instance_id,

@@ -29,6 +29,12 @@ point, and the smallest capacities reaching 95 %/99 % (exact, no bisection). Lit
 tail-first and head-first curves are computed for every run (two passes, in the pool
 beside the warm-up) and drawn as references. Cost: (1 + points + ~10) replays per policy
 over ``workers``, plus two LiteHit passes.
+
+The trace is either decoded once (the workers inherit it) or a
+:class:`~.stream.TraceSource` every task reads in batches itself (:mod:`.stream`: memory
+follows the cache); then the §7b check reads the trace's facts from one more pass
+(:func:`~.stream.stream_facts`, only when a swept configuration passes §7b's
+configuration checks). The result is the same either way.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -50,6 +57,7 @@ from litehit_service.optimizer.tradeoff.exact_curve import (
     TOUCH_ORDERS,
     exact_orders,
     exact_point,
+    facts_orders,
     smallest_capacity,
     total_hit_tokens,
 )
@@ -66,7 +74,13 @@ from litehit_service.optimizer.tradeoff.points import (
     tiered_groups,
     with_policy,
 )
-from litehit_service.optimizer.tradeoff.pool import CurvesTask, ReplayTask, TradeoffPool
+from litehit_service.optimizer.tradeoff.pool import (
+    CurvesTask,
+    FactsTask,
+    ReplayTask,
+    TradeoffPool,
+)
+from litehit_service.optimizer.tradeoff.stream import TraceSource, facts_needed
 
 __all__ = [
     "MARK_PERCENTS",
@@ -238,14 +252,16 @@ def trace_for(config: OptimizeConfig, trace: LoadedTrace) -> LoadedTrace:
 
 def run_tradeoff(
     config: OptimizeConfig,
-    trace: LoadedTrace,
+    trace: LoadedTrace | TraceSource,
     options: TradeoffOptions,
     *,
     progress: Callable[[int], object] | None = None,
     workers_started: Callable[[], object] | None = None,
 ) -> TradeoffResult:
     """The whole trade-off (module docstring) over ``trace`` decoded under
-    :func:`loading_config` of :func:`sweep_configs`. ``progress(n)``: n more of the
+    :func:`loading_config` of :func:`sweep_configs`, or a :class:`~.stream.TraceSource`
+    every task reads in batches itself (:mod:`.stream`; local executor only: Ray tasks
+    get a decoded trace), the same result. ``progress(n)``: n more of the
     ``policies x (1 + num_points)`` warm-ups and points are done; ``workers_started()``
     is called once the worker processes exist (no fork after it: the caller may start
     threads then). LocatedError for a tiered configuration or a warm-up that caches
@@ -254,10 +270,16 @@ def run_tradeoff(
     refuse_tiered(config)
     advance = progress or (lambda n: None)
     variants = sweep_configs(config, options.policies)
-    traces = {label: trace_for(cfg, trace) for label, cfg in variants}
     infinite = [-1] * len(config.groups)
-    for label, cfg in variants:  # its errors here, not in a worker
-        build_setup(at_capacity(cfg, infinite), traces[label])
+    traces: dict[str, LoadedTrace | TraceSource]
+    if isinstance(trace, TraceSource):  # each task reads it under its own configuration
+        traces = {label: trace for label, _ in variants}
+        for _, cfg in variants:  # its errors here, not in a worker (the trace's: per batch)
+            build_setup(at_capacity(cfg, infinite))
+    else:
+        traces = {label: trace_for(cfg, trace) for label, cfg in variants}
+        for label, cfg in variants:  # its errors here, not in a worker
+            build_setup(at_capacity(cfg, infinite), traces[label])
     first = variants[0][0]
     replays = 0
     with TradeoffPool(
@@ -268,6 +290,9 @@ def run_tradeoff(
             pool.submit(ReplayTask(label, label, -1, at_capacity(cfg, infinite)))
             for label, cfg in variants
         ]
+        facts_fut = None
+        if isinstance(trace, TraceSource) and facts_needed([cfg for _, cfg in variants]):
+            facts_fut = pool.submit(FactsTask(first, loading_config([c for _, c in variants])))
         curve_futs = {o: pool.submit(CurvesTask(first, o, config)) for o in TOUCH_ORDERS}
         if workers_started is not None:
             workers_started()
@@ -275,7 +300,14 @@ def run_tradeoff(
         for (label, cfg), warm_fut in zip(variants, warm_futs, strict=True):
             warm = warm_fut.result()
             advance(1)
-            run = _PolicyRun(pool, label, cfg, traces[label], warm, options, curve_futs, advance)
+            source = traces[label]
+            if isinstance(source, TraceSource):
+                facts = None if facts_fut is None else facts_fut.result()
+                orders = partial(facts_orders, cfg, facts)
+            else:
+                orders = partial(exact_orders, cfg, source)
+            run = _PolicyRun(pool, label, cfg, source.path, orders, warm, options, curve_futs,
+                             advance)  # fmt: skip
             curves.append(run.curve())
             replays += 1 + run.replays
     return TradeoffResult(
@@ -291,7 +323,8 @@ class _PolicyRun:
         pool: TradeoffPool,
         label: str,
         config: OptimizeConfig,
-        trace: LoadedTrace,
+        path: str,
+        orders: Callable[[], tuple[str, ...] | None],
         warm: Point,
         options: TradeoffOptions,
         curve_futs: dict[str, Future],
@@ -304,7 +337,7 @@ class _PolicyRun:
         peak = warm.peak_cached_bytes or 0
         if peak <= 0:
             raise LocatedError(
-                trace.path,
+                path,
                 0,
                 f"the warm-up replay ({label}, infinite quota) cached nothing: the trace "
                 "writes no block, so there is no capacity to sweep",
@@ -315,7 +348,7 @@ class _PolicyRun:
         )
         self.weights = warm.group_peak_bytes(config)
         self.unit = capacity_unit(config)
-        self.orders = exact_orders(config, trace)
+        self.orders = orders()
 
     def _task(self, capacity: int) -> ReplayTask:
         quotas = group_quotas(capacity, self.weights)
