@@ -79,9 +79,9 @@ def write_config(tmp: Path, groups: list[dict], records: list[dict], *, mode=3, 
     return path
 
 
-def seeded_records(seed: int, n: int, ids: str) -> list[dict]:
+def seeded_records(seed: int, n: int, ids: str, *, masks: bool = False) -> list[dict]:
     """Get/write/request records over shared prefixes, several at one timestamp, some
-    writes with their own TTL (``ttl_us``)."""
+    writes with their own TTL (``ttl_us``); ``masks``: a block mask on some reads."""
     rng = random.Random(seed)
     out, t = [], 1000
     for _ in range(n):
@@ -92,6 +92,8 @@ def seeded_records(seed: int, n: int, ids: str) -> list[dict]:
         rec = {"type": kind, "instance_id": rng.choice(ids), "timestamp_ns": t, "keys": keys}
         if kind != "write":
             rec["input_len"] = 16 * len(keys) + rng.randrange(16)
+            if masks and rng.random() < 0.3:
+                rec["block_mask"] = [rng.random() < 0.5 for _ in keys]
         elif rng.random() < 0.3:
             rec["ttl_us"] = rng.choice((-1, 1))
         out.append(rec)

@@ -21,7 +21,7 @@ import pytest
 from litehit_core.prefix_hash import PrefixCheck, keys_name_their_prefix
 from litehit_service.cli import main
 from litehit_service.offline import outputs
-from tests.test_optimize_parallel import files, group, inst, write_config
+from tests.test_optimize_parallel import files, group, inst, seeded_records, write_config
 
 _COLUMNS = "litehit_service.traces.readers.columns"
 _SECONDS = re.compile(r"\d+\.\d+ s\b")
@@ -31,22 +31,7 @@ _JSON_SECONDS = re.compile(r'("seconds": )[0-9.e+-]+')
 def mixed_records(seed: int, n: int, ids: str) -> list[dict]:
     """Get/write/request records over shared prefixes (several at one timestamp), block
     masks on some reads, TTLs on some writes."""
-    rng = random.Random(seed)
-    out, t = [], 1000
-    for _ in range(n):
-        t += rng.choice((0, 0, 10, 30, 70))
-        head = rng.randrange(5)
-        keys = [100 * head + k for k in range(rng.randint(1, 6))]
-        kind = rng.choice(("get", "write", "request", "request", "request"))
-        rec = {"type": kind, "instance_id": rng.choice(ids), "timestamp_ns": t, "keys": keys}
-        if kind != "write":
-            rec["input_len"] = 16 * len(keys) + rng.randrange(16)
-            if rng.random() < 0.3:
-                rec["block_mask"] = [rng.random() < 0.5 for _ in keys]
-        elif rng.random() < 0.3:
-            rec["ttl_us"] = rng.choice((-1, 1))
-        out.append(rec)
-    return out
+    return seeded_records(seed, n, ids, masks=True)
 
 
 def chained_requests(seed: int, n: int, ids: str) -> list[dict]:
