@@ -1,16 +1,25 @@
-"""``litehit convert`` of a standard trace (JSONL or Parquet) to Parquet, by columns.
+"""``litehit convert`` of a trace read by columns (a standard trace, JSONL or Parquet; a
+Mooncake trace) to Parquet.
 
-:func:`convert_columns` reads the input in chunks as pyarrow tables
-(:func:`~litehit_service.traces.readers.columns.standard_chunks`), checks each by the
-standard format's rules on whole columns (:func:`~..readers.columns.standard_columns`;
-at the first doubt the chunk's lines go through the line parser, which names the bad
-line), shifts the timestamps by the time offset, checks they never go backwards and
-writes the rows into row groups of :data:`~..readers.parquet.ROW_GROUP_ROWS`. Values stay
-as they are: a ``trace_id`` left out is written as the id every reader gives it (its line
-number), a write's ``input_len`` and a ``ttl_us`` of 0 (the group's TTL) are null (the
-schema's way), ``block_mask`` as given.
-Cost: O(bytes) in pyarrow and numpy (~150 MB/s of JSONL on two cores); memory: a chunk
-and a row group.
+:func:`convert_columns` reads the input in chunks as pyarrow tables (a reader's
+:class:`~litehit_service.traces.readers.columns.ColumnSource`: the standard format's
+:func:`~..readers.columns.standard_chunks`, Mooncake's
+:func:`~..readers.mooncake_columns.mooncake_chunks`), checks each by the format's rules on
+whole columns (the source's ``columns``; at the first doubt the chunk's lines go through
+the format's line parser, which names the bad line), shifts the timestamps by the time
+offset, checks they never go backwards and writes the rows into row groups of
+:data:`~..readers.parquet.ROW_GROUP_ROWS`, with the writer settings of
+:func:`~..readers.parquet.write_parquet` (the line path's transcode): the same file.
+
+A standard chunk's values stay as they are (``as_given``): a ``trace_id`` left out is
+written as the id every reader gives it (its line number), a write's ``input_len`` and a
+``ttl_us`` of 0 (the group's TTL) are null (the schema's way), ``block_mask`` as given. A
+Mooncake chunk's rows are built from its checked columns
+(:class:`~..readers.columns.StandardColumns`): ``type`` "request", the ``instance_id``
+option, the line number as ``trace_id``, the complete blocks' ids as ``keys``, no mask or
+TTL -- what the line parser's events become. Cost: O(bytes) in pyarrow and numpy (~150
+MB/s of standard JSONL, ~120 MB/s of Mooncake JSONL on two cores); memory: a chunk and a
+row group.
 """
 
 from __future__ import annotations
@@ -21,46 +30,52 @@ from typing import Any
 import numpy as np
 
 from litehit_core import LocatedError
-from litehit_service.traces.readers.columns import standard_chunks, standard_columns
+from litehit_service.traces.readers.columns import ColumnSource, StandardColumns
 from litehit_service.traces.readers.parquet import ROW_GROUP_ROWS, WRITE_OPTIONS, schema
-from litehit_service.traces.readers.records import INT64_MAX, TraceEvent
+from litehit_service.traces.readers.records import EVENT_KINDS, INT64_MAX, TraceEvent
 
 __all__ = ["convert_columns"]
 
 
 def convert_columns(
+    source: ColumnSource,
     path: str,
     out_path: str,
     offset_ns: int,
-    max_line_bytes: int,
     advance: Callable[[int], object],
+    *,
+    as_given: bool = True,
 ) -> tuple[int, list[str]]:
-    """Write the standard trace at ``path`` as a Parquet trace at ``out_path`` (module
-    docstring), timestamps + ``offset_ns``; (rows, instance ids in first-seen order).
-    LocatedError naming the line for a bad record, a timestamp out of int64 after the
-    offset or going backwards. ``advance(n)`` hears the units of each chunk read."""
+    """Write the trace at ``path``, read by columns from ``source`` (its reader's
+    ``column_source``), as a Parquet trace at ``out_path`` (module docstring), timestamps
+    + ``offset_ns``; (rows, instance ids in first-seen order). ``as_given``: the chunks'
+    tables hold the standard fields, written as they are (a standard trace); else each
+    row is built from the checked columns (Mooncake). LocatedError naming the line for a
+    bad record (the source's line parser's), a timestamp out of int64 after the offset or
+    going backwards. ``advance(n)`` hears the units of each chunk read."""
     import pyarrow.parquet as pq
 
     from litehit_service.traces.readers.jsonl import parse_numbered
-    from litehit_service.traces.readers.standard import parse_standard_line
 
-    _, _, chunks = standard_chunks(path, max_line_bytes)
     target = schema()
     seen: dict[str, None] = {}
     pending: list[Any] = []
     rows = 0
     prev = (0, 0)  # the last timestamp written and its line
     with pq.ParquetWriter(out_path, target, **WRITE_OPTIONS) as writer:
-        for chunk in chunks:
-            cols = standard_columns(chunk.table) if chunk.table is not None else None
+        for chunk in source.chunks:
+            cols = source.columns(chunk.table) if chunk.table is not None else None
+            if cols is not None and not as_given and cols.local.any():
+                cols = None  # a mask the rows built from columns could not carry
             error = None
             if cols is None:
                 events, error = parse_numbered(chunk.lines(), chunk.first_line, path,
-                                               parse_standard_line)  # fmt: skip
+                                               source.parse)  # fmt: skip
                 part, lines = _from_events(events, target, offset_ns, path)
             else:
                 lines = np.arange(chunk.first_line, chunk.first_line + chunk.table.num_rows)
-                part = _from_table(chunk.table, cols, target, offset_ns, path, lines)
+                build = _from_table if as_given else _from_columns
+                part = build(chunk.table, cols, target, offset_ns, path, lines)
             prev = _in_order(part.column("timestamp_ns").to_numpy(), lines, prev, offset_ns, path)
             if error is not None:  # the good lines before it were checked first
                 raise error
@@ -157,6 +172,40 @@ def _from_table(
         "input_len": pc.if_else(writes, pa.scalar(None, pa.int64()), inputs),
         "block_mask": _optional(table, "block_mask", n, target),
         "ttl_us": _ttl(table, n, target),
+    }
+    return pa.table([pa.chunked_array(_chunks(columns[f.name]), type=f.type) for f in target],
+                    schema=target)  # fmt: skip
+
+
+def _from_columns(
+    table: Any, cols: StandardColumns, target: Any, offset_ns: int, path: str, lines: np.ndarray
+) -> Any:
+    """The output rows of a checked chunk of a format whose table is not the standard
+    fields (Mooncake), from its columns alone: as the line parser's events are written
+    (no mask: the caller sends a chunk with one to the line parser; a ``ttl_us`` of 0 as
+    null; the line number as ``trace_id`` unless the table has one)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    null = pa.scalar(None, pa.int64())
+    writes = pa.array(cols.kinds == EVENT_KINDS.index("write"))
+    trace = table.column("trace_id") if "trace_id" in table.column_names else None
+    if trace is None or trace.null_count:
+        filled = pc.cast(pa.array(lines, type=pa.int64()), pa.string())
+        trace = filled if trace is None else pc.coalesce(trace, filled)
+    ttl = pa.array(cols.ttl_us, type=pa.int64())
+    columns = {
+        "type": pa.array(EVENT_KINDS, type=pa.string()).take(pa.array(cols.kinds)),
+        "instance_id": cols.instances,
+        "trace_id": trace,
+        "timestamp_ns": pa.array(_shift(cols.times, lines, offset_ns, path), type=pa.int64()),
+        # a chunk (a few MB of JSON) holds far fewer than 2**31 keys: int32 offsets
+        "keys": pa.ListArray.from_arrays(
+            pa.array(cols.offsets.astype(np.int32)), pa.array(cols.keys, type=pa.int64())
+        ),
+        "input_len": pc.if_else(writes, null, pa.array(cols.inputs, type=pa.int64())),
+        "block_mask": pa.nulls(table.num_rows, type=target.field("block_mask").type),
+        "ttl_us": pc.if_else(pc.equal(ttl, 0), null, ttl),
     }
     return pa.table([pa.chunked_array(_chunks(columns[f.name]), type=f.type) for f in target],
                     schema=target)  # fmt: skip

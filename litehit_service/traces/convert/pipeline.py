@@ -49,6 +49,7 @@ from litehit_service.traces.readers import (
 )
 from litehit_service.traces.readers.compressed import plain_size
 from litehit_service.traces.readers.mooncake import DEFAULT_BLOCK_SIZE as MOONCAKE_BLOCK_SIZE
+from litehit_service.traces.readers.mooncake import DEFAULT_INSTANCE_ID as MOONCAKE_INSTANCE_ID
 from litehit_service.traces.readers.standard import DEFAULT_BLOCK_SIZE as STANDARD_BLOCK_SIZE
 from litehit_service.traces.readers.standard import READER as OUTPUT_READER
 
@@ -139,8 +140,9 @@ def convert_trace(
     if time_offset_ns is None:
         time_offset_ns = source.default_time_offset_ns
     container = output_container(output, to)
-    # a standard trace goes to Parquet by columns; everything else is written as JSONL
-    columns = not isinstance(source, Converter) and source.columnar and container == "parquet"
+    # a trace its reader reads by columns (standard, Mooncake) goes to Parquet so, unless
+    # its reader has no column source (_convert then writes JSONL); logs are written as JSONL
+    columns = not isinstance(source, Converter) and container == "parquet"
     published = [output] + ([emit_config] if emit_config else [])
     tmp_paths = [tmp_path(path) for path in published]
     details: list[str] = []
@@ -163,7 +165,7 @@ def convert_trace(
                 note = _emit_config(emit_config, tmp_paths, output, instances, size, {},
                                     kv_bytes_per_chunk)  # fmt: skip
             else:
-                count, instances, note = _convert(
+                count, instances, note, columns = _convert(
                     source_format, paths[0], output, block_size, instance_id, model,
                     kv_bytes_per_chunk, time_offset_ns, emit_config, tmp_paths, max_line_bytes,
                     columns,
@@ -226,9 +228,11 @@ def _convert(
     tmp_paths: list[str],
     max_line_bytes: int,
     columns: bool = False,
-) -> tuple[int, list[str], str]:
-    """Write the output (and config) tmp files; returns (events, instance ids, stderr note).
-    ``columns``: a standard trace written as Parquet by columns (:mod:`.columnar`)."""
+) -> tuple[int, list[str], str, bool]:
+    """Write the output (and config) tmp files; returns (events, instance ids, stderr note,
+    whether it went by columns). ``columns``: a Parquet output, written by columns
+    (:mod:`.columnar`) when the reader has a column source (standard, Mooncake); else the
+    tmp file is standard JSONL, for the caller to transcode."""
     reader = get_reader(fmt)
     sizes: dict[str, int] = {}
     events: Iterable[TraceEvent] | None = None
@@ -253,13 +257,20 @@ def _convert(
     else:
         block_size = block_size_arg or reader.default_block_size or 0
 
-    if columns:
+    source = None
+    if columns and events is None:
+        source = reader.column_source(
+            input_path, max_line_bytes=max_line_bytes, block_size=block_size,
+            instance_id=instance_id or MOONCAKE_INSTANCE_ID,
+        )  # fmt: skip
+    if source is not None:
         from litehit_service.traces.convert.columnar import convert_columns
 
         with byte_progress(plain_size(input_path), "convert") as advance:
             count, instances = convert_columns(
-                input_path, tmp_paths[0], time_offset_ns, max_line_bytes, advance
-            )
+                source, input_path, tmp_paths[0], time_offset_ns, advance,
+                as_given=reader.columnar,
+            )  # fmt: skip
     else:
         count, instances = _write_jsonl(
             fmt, input_path, tmp_paths[0], events, total, block_size, instance_id,
@@ -270,7 +281,7 @@ def _convert(
 
     note = _emit_config(emit_config, tmp_paths, output, instances, block_size, sizes,
                         kv_bytes_per_chunk)  # fmt: skip
-    return count, instances, note
+    return count, instances, note, source is not None
 
 
 def _write_jsonl(
