@@ -371,7 +371,7 @@ def _detected(args: argparse.Namespace) -> str:
 
 PLAN_MB_PER_S = 60.0
 """What ``convert`` reads on a 2-core machine, in MB/s of JSONL (bench/README.md: standard
-to Parquet ~100, Mooncake or logs to standard JSONL ~30)."""
+or Mooncake to Parquet ~100, Mooncake or logs to standard JSONL ~30)."""
 
 
 def _format_name(text: str) -> str:

@@ -6,10 +6,10 @@ block), ``output_length`` (ignored). Every line becomes a ``request`` event of o
 (``instance_id``, default ``"default"``): ms -> ns, the ids of the complete blocks as keys,
 the line number as ``trace_id``. Cost: O(bytes); per key a slice plus a C-level type and
 range check; ~12k lines parse in tens of ms. The policy replay (``optimize``,
-``tradeoff``, ``export-tree``, ``lifecycle``) reads it by columns (:mod:`.mooncake_columns`,
-pyarrow), this line parser being the slow path that takes a doubtful chunk and names its
-bad line; ``replay``, whose every record becomes Python objects, reads it line by line
-(``events_by_columns``: faster so, measured).
+``tradeoff``, ``export-tree``, ``lifecycle``) and ``convert`` to Parquet read it by columns
+(:mod:`.mooncake_columns`, pyarrow), this line parser being the slow path that takes a
+doubtful chunk and names its bad line; ``replay``, whose every record becomes Python
+objects, reads it line by line (``events_by_columns``: faster so, measured).
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ class TraceReader:
     - ``columnar``: the format's chunks are pyarrow tables of the standard fields
       (:func:`~litehit_service.traces.readers.columns.standard_chunks`, the line parser as
       the slow path), which ``convert`` writes to Parquet as they are -- the standard
-      format, in JSONL or Parquet.
+      format, in JSONL or Parquet (another format with a :meth:`column_source`, Mooncake,
+      goes to Parquet by columns too, its rows built from the checked columns).
 
     - ``events_by_columns``: reading by columns pays even when every record becomes a
       Python event (``replay``); ``False`` for a format whose line parser makes the events
@@ -103,8 +104,8 @@ class TraceReader:
       on a short line, ``bench/README.md``), which ``replay`` then reads line by line.
 
     :meth:`column_source` reads a format by columns (the standard format and Mooncake;
-    ``None`` for the others, read line by line): what the policy replay asks first, and
-    ``replay`` for a format with ``events_by_columns``.
+    ``None`` for the others, read line by line): what the policy replay and ``convert`` to
+    Parquet ask first, and ``replay`` for a format with ``events_by_columns``.
 
     Whether the format takes an option (``block_size``, ``instance_id``, ``model``,
     ``kv_bytes_per_chunk``) is ``name in reader.options``.
