@@ -60,10 +60,17 @@ FACT_MODELS: dict[str, FactModel] = {
 """How every model's facts read, by model name (its :class:`EngineModel` is in
 :data:`MODELS`)."""
 
+BLOCK_SAMPLED_MODELS = frozenset({"lru"})
+"""The models whose prefix curve is the per-block curve (a block's prefix hit at capacity C
+is exactly its own stack distance < C: full attention touched tail first), so a per-block
+spatial sample (``litehit replay --sample-rate``, SHARDS) estimates them; the others are
+sampled by subtree (``litehit tradeoff --sample-rate``)."""
+
 _HYBRID = "hybrid"
 _FULL_BY_TOUCH_ORDER = {"tail-first": "lru", "head-first": "lru-head-first"}
 
 __all__ = [
+    "BLOCK_SAMPLED_MODELS",
     "DEFAULT_MODEL",
     "DEFAULT_POLICY",
     "EVICTION_POLICIES",

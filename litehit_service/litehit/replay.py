@@ -66,7 +66,12 @@ from litehit_core import (
     InvalidRequestError,
     LocatedError,
 )
-from litehit_core.engine import DEFAULT_MODEL, LRU_ENGINES, auto_lru_engine
+from litehit_core.engine import (
+    BLOCK_SAMPLED_MODELS,
+    DEFAULT_MODEL,
+    LRU_ENGINES,
+    auto_lru_engine,
+)
 from litehit_core.facts import LedgerSample
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
 from litehit_service.config_files import raise_config_errors
@@ -298,17 +303,20 @@ def sampling_refusal(config: ReplayConfig, models: dict[str, str]) -> str | None
     (tail-first LRU; LiteHit gives each instance its own capacity): a head-first group or a
     hybrid instance is refused, naming it and pointing to subtree sampling. O(groups)."""
     where = "; sample it by subtree with litehit tradeoff --sample-rate (or optimize)"
-    for g in config.instance_groups:
-        if g.touch_order != "tail-first":
-            return (
-                "--sample-rate samples blocks, exact in expectation only under tail-first LRU: "
-                f"instance group {g.name!r} has touch_order {g.touch_order!r}{where}"
-            )
+    groups = {g.name: g for g in config.instance_groups}
+    group_of = {r.instance_id: groups.get(r.instance_group) for r in config.instances}
     for iid, model in models.items():
-        if model != DEFAULT_MODEL:
+        if model not in BLOCK_SAMPLED_MODELS:
+            group = group_of.get(iid)
+            within = (
+                ""
+                if group is None
+                else (f" (instance group {group.name!r}, touch_order {group.touch_order!r})")
+            )
             return (
-                f"--sample-rate samples full-attention blocks: instance {iid!r} has model "
-                f"{model!r}{where}"
+                "--sample-rate samples blocks, exact in expectation only for a model whose "
+                f"prefix hit is a block's own stack distance (full attention touched tail "
+                f"first): instance {iid!r} has model {model!r}{within}{where}"
             )
     return None
 
