@@ -76,8 +76,8 @@ def prepare_query(
     except InvalidRequestError as exc:
         raise InvalidArgument(f"instance_id {state.instance_id!r}: {exc}") from None
     if sample and policy.sample_rate < 1 and keys:
-        array = np.array(keys, np.int64)
-        keys = array[kept(array, policy.sample_seed, policy.sample_rate)].tolist()
+        bounds = np.array([0, len(keys)], np.int64)
+        keys = sampled_keys(policy, np.array(keys, np.int64), bounds)[0].tolist()
     return keys, tokens, stamp
 
 
