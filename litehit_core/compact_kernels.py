@@ -98,6 +98,13 @@ def drop(meta, dead, fen, excess: np.int64) -> None:
 
 
 @njit(cache=True, nogil=True)
+def zero(a) -> None:
+    """Write 0 to every element of ``a`` (without the GIL, unlike ``ndarray.fill``). O(n)."""
+    for i in range(a.shape[0]):
+        a[i] = 0
+
+
+@njit(cache=True, nogil=True)
 def distinct_estimate(keys, bits) -> np.int64:
     """About how many distinct values ``keys`` holds (linear counting over the
     ``64 x len(bits)`` bits given, cleared; a power of two of at least 8 bits a key keeps

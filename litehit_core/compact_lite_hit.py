@@ -91,6 +91,19 @@ RESERVE_MAX = 1 << 22
 once, ahead of its loop (instead of growing by doublings inside it)."""
 
 
+def _written_zeros(n: int, dtype: type) -> np.ndarray:
+    """A zeroed array whose pages are written now. ``np.zeros`` of a large array leaves
+    its pages mapped to the kernel's shared zero page until first written; the kernels
+    read the table before writing it, so each page's first write is then a copy-on-write
+    fault, which flushes that page from the TLB of every core running the process: on a
+    server replaying several instances at once, one interrupt per page to every other
+    worker. Writing the zeros here (compiled, without the GIL) takes ordinary faults
+    instead. O(n)."""
+    out = np.empty(n, dtype)
+    ck.zero(out)
+    return out
+
+
 class CompactLiteHit:
     """Exact prefix-hit engine for an LRU of every capacity, in compact compiled arrays.
 
@@ -121,7 +134,7 @@ class CompactLiteHit:
         meta[ck.NOW] = ck.INT64_MIN
         self._kbp = np.empty(ck.SLACK, np.int64)
         self._positions(ck.SLACK)
-        self._tv = np.zeros(ck.MIN_TABLE, np.uint32)
+        self._tv = _written_zeros(ck.MIN_TABLE, np.uint32)
         self._ep_pos = np.zeros(16 if ttl else 1, np.int64)
         self._ep_time = np.zeros(16 if ttl else 1, np.int64)
         self._scratch(64)
@@ -131,8 +144,8 @@ class CompactLiteHit:
         if self._kbp.shape[0] != size:
             self._kbp.resize(size, refcheck=False)  # realloc: no second copy held
         self._meta[ck.CAP] = size
-        self._dead = np.zeros(size >> 6, np.uint64)
-        self._fen = np.zeros(size >> 6, np.int64)
+        self._dead = _written_zeros(size >> 6, np.uint64)
+        self._fen = _written_zeros(size >> 6, np.int64)
 
     def _scratch(self, n: int) -> None:
         self._olds = np.empty(n, np.int64)
@@ -303,7 +316,7 @@ class CompactLiteHit:
         while size < 2 * entries:
             size <<= 1
         self._tv = None  # type: ignore[assignment]
-        self._tv = np.zeros(size, np.uint32)
+        self._tv = _written_zeros(size, np.uint32)
         ck.fill(self._meta, self._tv, self._kbp, self._dead)
 
     # ------------------------------------------------------------- snapshots
@@ -340,7 +353,7 @@ class CompactLiteHit:
         size = ck.MIN_TABLE
         while size < 2 * n:
             size <<= 1
-        engine._tv = np.zeros(size, np.uint32)
+        engine._tv = _written_zeros(size, np.uint32)
         dups = ck.fill(meta, engine._tv, engine._kbp, engine._dead)
         if dups:
             raise InvalidRequestError(

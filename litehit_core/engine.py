@@ -530,6 +530,13 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = {
         "convert (Qwen Bailian), prefix hashing",
         ("litehit_core.prefix_chain",),
     ),
+    "wire": KernelFamily(
+        "litehit_core.wire_kernels",
+        "packed-stream wire",
+        2.0,
+        "serve (TraceQueryPackedStream's decoding and answers)",
+        ("litehit_core.wire_kernels",),
+    ),
     "text": KernelFamily(
         "litehit_core.text_kernels",
         "table-formatting",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from litehit_core import compact_lite_hit, hybrid
+from litehit_core import compact_lite_hit, hybrid, wire_kernels
 from litehit_service.access import data_dir_admin_token, is_loopback_host
 from litehit_service.addresses import format_address, parse_address
 from litehit_service.entries import load_groups_file
@@ -348,8 +348,8 @@ def serve(
             "loading the compiled engine kernels (compiled on the first start after an "
             "install, a few seconds; loaded from numba's cache afterwards)"
         )
-        kernels = compact_lite_hit.warm_up()
-        log.info("compiled engine kernels ready in %.2f s (full attention)", kernels)
+        kernels = compact_lite_hit.warm_up() + wire_kernels.warm_up()
+        log.info("compiled engine kernels ready in %.2f s (full attention, packed stream)", kernels)
         registry = Registry(registry_path)
         manager = OnlineOptimizerManager(
             registry,

@@ -1,6 +1,7 @@
 """gRPC servicer of ``kv_cache_manager.proto.optimizer.OptimizerService``.
 
-Each RPC converts its request through :mod:`litehit_service.wire`, calls the
+Each RPC converts its request through :mod:`litehit_service.wire` (a packed batch through
+:mod:`litehit_service.packed_frames`, from and to bytes), calls the
 :class:`~litehit_service.manager.OnlineOptimizerManager`, and answers with gRPC status OK; a
 failure travels in ``header.status`` (code from ``wire.ERROR_TABLE``, message naming the field
 and value). The servicer never raises on bad input: unexpected exceptions are logged and
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from litehit_service import messages as pb2
-from litehit_service import wire
+from litehit_service import packed_frames, wire
 from litehit_service.log_limits import LogLimiter
+from litehit_service.packed_frames import PackedFrame
 
 if TYPE_CHECKING:
     from litehit_service.manager import OnlineOptimizerManager
@@ -410,37 +412,37 @@ class OptimizerServicer(pb2.OptimizerServiceServicer):
             yield self.answer_batch(batch, peer=_peer(context))
 
     def answer_packed(
-        self,
-        request: pb2.TraceQueryPackedRequest,
-        method: str = "TraceQueryPackedStream",
-        peer: str = "",
-    ) -> pb2.TraceQueryPackedResponse:
+        self, frame: PackedFrame, method: str = "TraceQueryPackedStream", peer: str = ""
+    ) -> bytes:
         """Apply one packed batch of one instance, whole or not at all (see
-        :meth:`~litehit_service.manager.OnlineOptimizerManager.trace_query_packed`); a
-        refused batch's header names the query and field. Each query's latency is the
-        batch's time shared equally. O(keys + queries x slots)."""
+        :meth:`~litehit_service.manager.OnlineOptimizerManager.trace_query_packed`): the
+        answer's bytes; a refused batch's header names the query and field. Decoding and
+        encoding are compiled and leave the GIL (:mod:`litehit_service.packed_frames`);
+        bytes protobuf cannot parse raise its ``DecodeError`` (the caller ends the call).
+        Each query's latency is the batch's time shared equally. O(keys + queries x slots)."""
         start = perf_counter()
+        arrays = packed_frames.frame_arrays(frame)
         try:
-            result = self._manager.trace_query_packed(*wire.packed_query_from_pb(request))
-            response = wire.packed_result_to_pb(result, request.trace_id)
-            known = request.instance_id
+            result = self._manager.trace_query_packed(*arrays)
+            response = packed_frames.answer_bytes(result, frame.trace_id)
+            known = frame.instance_id
         except Exception as exc:  # every failure becomes a header status
-            code, message = self._classify(method, request, exc, peer)
-            response = wire.packed_error_to_pb(request.trace_id, code, message)
-            known = "" if code == _INSTANCE_NOT_EXIST else request.instance_id
+            code, message = self._classify(method, frame, exc, peer)
+            response = packed_frames.error_bytes(frame.trace_id, code, message)
+            known = "" if code == _INSTANCE_NOT_EXIST else frame.instance_id
         if self._metrics is not None:
-            self._metrics.observe_packed(
-                method, perf_counter() - start, len(request.key_counts), known
-            )
+            self._metrics.observe_packed(method, perf_counter() - start, frame.queries, known)
         return response
 
     def TraceQueryPackedStream(
         self, request_iterator: Iterable[pb2.TraceQueryPackedRequest], context: grpc.ServicerContext
     ) -> Iterator[pb2.TraceQueryPackedResponse]:
-        """One packed answer per packed batch, in order (see :meth:`answer_packed`; the
-        server's transport calls that itself)."""
+        """One packed answer per packed batch, in order (see :meth:`answer_packed`, which
+        the server's transport calls itself on the bytes it receives)."""
         for request in request_iterator:
-            yield self.answer_packed(request, peer=_peer(context))
+            frame = packed_frames.packed_frame(request.SerializeToString())
+            answer = self.answer_packed(frame, peer=_peer(context))
+            yield pb2.TraceQueryPackedResponse.FromString(answer)
 
 
 def _peer(context: Any) -> str:

@@ -7,7 +7,11 @@ guarded by :mod:`litehit_service.access`, without editing any list). For each ca
 1. **Access**: the method's kind (read/query/admin) and the configured tokens decide;
    a refused call ends with UNAUTHENTICATED before anything is decoded or changed.
 2. **Decoding** happens here (requests arrive as bytes): a message that cannot be decoded
-   ends that call only, with INVALID_ARGUMENT, is counted and logged (no traceback).
+   ends that call only, with INVALID_ARGUMENT, is counted and logged (no traceback). A
+   packed batch is only scanned here (compiled, without the GIL: its ids and sizes); its
+   arrays are decoded and its answer encoded on the work thread
+   (:mod:`litehit_service.packed_frames`), so streams on different instances run on
+   different cores.
 3. **Work** runs on a thread pool (the event loop never blocks on the engine, the registry
    or an instance lock). Queries on one instance are serialised by an asyncio gate per
    instance, so a batch waiting for a busy instance (e.g. one being snapshotted) holds no
@@ -37,6 +41,7 @@ from google.protobuf.message import DecodeError
 from litehit_service import messages as pb2
 from litehit_service.access import Access, TokenCheck, method_access
 from litehit_service.log_limits import DEFAULT_INTERVAL_SECONDS, LogLimiter
+from litehit_service.packed_frames import packed_frame
 from litehit_service.servicer import OptimizerServicer
 from litehit_service.stats import TransportStats
 
@@ -49,12 +54,15 @@ STREAM_METHOD = "TraceQueryStream"
 @dataclass(frozen=True)
 class StreamKind:
     """How the transport drives one streaming method: the instances a message's queries
-    touch (their gates are held while it is applied), how many queries it holds, and the
-    servicer method that answers it (``answer(message, method)``)."""
+    touch (their gates are held while it is applied), how many queries it holds, the
+    servicer method that answers it (``answer(message, method, peer)``, a message or its
+    bytes), and ``decode``, what turns the received bytes into what ``answer`` takes
+    (protobuf's parse when None; raises ``DecodeError`` for bytes protobuf refuses)."""
 
     instance_ids: Callable[[Any], set[str]]
     queries: Callable[[Any], int]
     answer: str
+    decode: Callable[[bytes], Any] | None = None
 
 
 STREAM_KINDS: dict[str, StreamKind] = {
@@ -64,7 +72,10 @@ STREAM_KINDS: dict[str, StreamKind] = {
         "answer_batch",
     ),
     "TraceQueryPackedStream": StreamKind(
-        lambda batch: {batch.instance_id}, lambda batch: len(batch.key_counts), "answer_packed"
+        lambda frame: {frame.instance_id},
+        lambda frame: frame.queries,
+        "answer_packed",
+        packed_frame,  # bytes in, bytes out: no protobuf object per value, GIL released
     ),
 }
 """Every streaming method of the service; :meth:`Transport.generic_handler` refuses to
@@ -79,7 +90,8 @@ class StreamRecord:
     state: str = "reading"  # reading | applying | writing
     batches: int = 0
     queries: int = 0
-    unanswered: int = 0  # queries applied whose answer has not been handed to gRPC
+    unanswered: int = 0  # queries applied whose answer has not been handed to gRPC (up to
+    # two batches: the one being written and the next, applied meanwhile)
 
 
 class InstanceGates:
@@ -229,29 +241,44 @@ class Transport:
             f"{method} needs metadata 'authorization: Bearer <{needed} token>'",
         )
 
-    async def _decode(self, method: str, request_type: Any, raw: bytes, context: Any, n: int = 0):
+    async def _decode(
+        self,
+        method: str,
+        request_type: Any,
+        raw: bytes,
+        context: Any,
+        n: int = 0,
+        decode: Callable[[bytes], Any] | None = None,
+    ) -> Any:
         try:
-            return request_type.FromString(raw)
+            return (decode or request_type.FromString)(raw)
         except DecodeError as exc:
-            stats = self.stats.undecodable
-            stats[method] = stats.get(method, 0) + 1
-            where = f"message {n} of the stream" if n else "the request"
-            peer = context.peer()
-            self.log_limits.log(
-                logging.INFO,
-                f"{method} undecodable",
-                "",
-                peer,
-                "%s: %s could not be decoded (%s); the call is ended",
-                method,
-                where,
-                exc,
-                extra={"method": method, "code": "INVALID_ARGUMENT", "peer": peer},
-            )
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{method}: {where} could not be decoded as {request_type.DESCRIPTOR.name}",
-            )
+            await self._undecodable(method, request_type, context, n, exc)
+
+    async def _undecodable(
+        self, method: str, request_type: Any, context: Any, n: int, exc: DecodeError
+    ) -> None:
+        """End the call for message ``n`` (0: the unary request) that could not be
+        decoded: counted, logged (no traceback), INVALID_ARGUMENT."""
+        stats = self.stats.undecodable
+        stats[method] = stats.get(method, 0) + 1
+        where = f"message {n} of the stream" if n else "the request"
+        peer = context.peer()
+        self.log_limits.log(
+            logging.INFO,
+            f"{method} undecodable",
+            "",
+            peer,
+            "%s: %s could not be decoded (%s); the call is ended",
+            method,
+            where,
+            exc,
+            extra={"method": method, "code": "INVALID_ARGUMENT", "peer": peer},
+        )
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{method}: {where} could not be decoded as {request_type.DESCRIPTOR.name}",
+        )
 
     def _unary_handler(
         self, method: str, access: Access, request_type: Any
@@ -324,58 +351,105 @@ class Transport:
         context: Any,
         record: StreamRecord,
     ) -> AsyncIterator[bytes]:
+        """Apply a stream's batches in order, one at a time, and yield their answers.
+
+        Pipelined: while batch i is applied the next message is read (one at most), and
+        batch i + 1 is started as soon as batch i is done, before batch i's answer is
+        written; so a stream's work never waits for the network, and at most three of its
+        batches are held (one read ahead, one applied, one being written). Ends when the
+        client closes its side after the last answer; the idle timeout runs only while
+        nothing is applied; a message that cannot be decoded ends the call after the
+        answers of the batches applied before it."""
         kind = STREAM_KINDS[method]
         answer = getattr(self._servicer, kind.answer)
+        decode = kind.decode or request_type.FromString
         reader = requests.__aiter__()
         draining = self._draining_event()
         drain_wait = asyncio.ensure_future(draining.wait())
-        read: asyncio.Future[bytes] | None = None
+        read: asyncio.Future[bytes] = asyncio.ensure_future(reader.__anext__())
+        applying: asyncio.Future[bytes] | None = None
+        batch: Any = None
+        n = 0
+
+        def start(raw: bytes) -> asyncio.Future[bytes]:
+            """Decode message ``n`` and start applying it (raises DecodeError)."""
+            nonlocal batch
+
+            def work(batch: Any) -> bytes:
+                out = answer(batch, method, record.peer)
+                return out if isinstance(out, bytes) else out.SerializeToString()
+
+            batch = decode(raw)
+            task = self.gates.run(kind.instance_ids(batch), lambda: self.in_executor(
+                lambda: work(batch)))  # fmt: skip
+            record.state = "applying"
+            return asyncio.ensure_future(task)
+
         try:
-            n = 0
             while True:
-                if draining.is_set():
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-                read = asyncio.ensure_future(reader.__anext__())
-                done, _ = await asyncio.wait(
-                    {read, drain_wait},
-                    timeout=self.stream_idle_seconds,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if read not in done:
-                    read.cancel()
-                    if drain_wait in done:
+                if applying is None:  # nothing in flight: wait for the client
+                    if draining.is_set():
                         await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
-                    self.stats.streams_idle_closed += 1
-                    await context.abort(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"{method} sent nothing for {self.stream_idle_seconds:g} s "
-                        "(--stream-idle-seconds); the stream is closed",
+                    done, _ = await asyncio.wait(
+                        {read, drain_wait},
+                        timeout=self.stream_idle_seconds,
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
-                try:
-                    raw = read.result()
-                except StopAsyncIteration:
-                    return
-                n += 1
-                batch = await self._decode(method, request_type, raw, context, n)
-                record.state = "applying"
-                ids = kind.instance_ids(batch)
-
-                def work(batch: Any = batch) -> bytes:
-                    return answer(batch, method, record.peer).SerializeToString()
-
-                response = await self.gates.run(ids, lambda work=work: self.in_executor(work))
-                queries = kind.queries(batch)
+                    if read not in done:
+                        if drain_wait in done:
+                            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+                        self.stats.streams_idle_closed += 1
+                        await context.abort(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"{method} sent nothing for {self.stream_idle_seconds:g} s "
+                            "(--stream-idle-seconds); the stream is closed",
+                        )
+                    try:
+                        raw = read.result()
+                    except StopAsyncIteration:
+                        return
+                    n += 1
+                    try:
+                        applying = start(raw)
+                    except DecodeError as exc:
+                        await self._undecodable(method, request_type, context, n, exc)
+                    read = asyncio.ensure_future(reader.__anext__())
+                    continue
+                done_n, done_batch = n, batch
+                try:  # a packed batch's arrays are decoded by the work itself
+                    response = await applying
+                except DecodeError as exc:
+                    await self._undecodable(method, request_type, context, done_n, exc)
+                applying = None
+                queries = kind.queries(done_batch)
                 record.batches += 1
                 record.queries += queries
-                record.unanswered = queries
-                record.state = "writing"
+                record.unanswered += queries
+                refused: DecodeError | None = None
+                if read.done() and not draining.is_set():  # start the next one first
+                    try:
+                        raw = read.result()
+                    except StopAsyncIteration:
+                        pass  # the client is done: the loop returns after this answer
+                    else:
+                        n += 1
+                        try:
+                            applying = start(raw)
+                        except DecodeError as exc:
+                            refused = exc
+                        read = asyncio.ensure_future(reader.__anext__())
+                record.state = "writing" if applying is None else "applying"
                 yield response
-                record.unanswered = 0
-                record.state = "reading"
+                record.unanswered -= queries
+                if refused is not None:
+                    await self._undecodable(method, request_type, context, n, refused)
+                if applying is None:
+                    record.state = "reading"
         finally:
             drain_wait.cancel()
-            if read is not None:
-                _settle(read)
+            if applying is not None:
+                _settle(applying)
+            _settle(read)
 
     def _log_cancelled(self, method: str, record: StreamRecord) -> None:
         """A stream the client cancelled (or the server's stop cut off): normal life, one

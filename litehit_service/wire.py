@@ -1,7 +1,9 @@
 """The one conversion point between wire messages (pb2) and domain values, and the error table.
 
 Everything that turns a protobuf message into a :mod:`litehit_service.model` value (or back)
-lives here, as does the single mapping from exceptions to wire ``ErrorCode`` values. Units are
+lives here -- except the server's side of the packed stream, which reads and writes bytes
+without protobuf objects in :mod:`litehit_service.packed_frames` -- as does the single mapping
+from exceptions to wire ``ErrorCode`` values. Units are
 those of the proto: capacities in GiB, sizes in bytes, ``block_size`` in tokens per block, hit
 counts in blocks. Converters are O(size of the message) unless noted.
 """
@@ -288,21 +290,6 @@ def trace_error_fields(trace_id: str, code: int, message: str) -> dict[str, Any]
     return {"header": {"status": {"code": code, "message": message}, "request_id": trace_id}}
 
 
-def packed_query_from_pb(
-    msg: pb2.TraceQueryPackedRequest,
-) -> tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A packed batch as the manager takes it: (instance_id, block_keys, key_counts,
-    input_token_lens, timestamps_ns), int64 arrays copied from the packed fields at C speed.
-    O(keys)."""
-    return (
-        msg.instance_id,
-        np.array(msg.block_keys, np.int64),
-        np.array(msg.key_counts, np.int64),
-        np.array(msg.input_token_lens, np.int64),
-        np.array(msg.timestamps_ns, np.int64),
-    )
-
-
 def packed_query_to_pb(
     instance_id: str,
     block_keys: Sequence[int] | np.ndarray,
@@ -311,8 +298,8 @@ def packed_query_to_pb(
     timestamps_ns: Sequence[int] | np.ndarray = (),
     trace_id: str = "",
 ) -> pb2.TraceQueryPackedRequest:
-    """The wire form of a packed batch (the client's side of :func:`packed_query_from_pb`).
-    O(keys)."""
+    """The wire form of a packed batch (the server reads it in
+    :mod:`litehit_service.packed_frames`). O(keys)."""
     return pb2.TraceQueryPackedRequest(
         trace_id=trace_id,
         instance_id=instance_id,
@@ -323,31 +310,9 @@ def packed_query_to_pb(
     )
 
 
-def packed_result_to_pb(result: PackedQueryResult, trace_id: str) -> pb2.TraceQueryPackedResponse:
-    """A packed batch's answers on the wire (hits row-major, query by query). O(queries x
-    slots)."""
-    best = result.max_hit_blocks
-    return pb2.TraceQueryPackedResponse(
-        header={"status": _OK_STATUS, "request_id": trace_id} if trace_id else _OK_HEADER,
-        block_size=result.block_size_tokens,
-        capacity_gb=result.capacity_gb,
-        total_blocks=result.total_blocks.tolist(),
-        input_token_lens=result.input_token_lens.tolist(),
-        cache_hit_counts=result.hit_blocks.ravel().tolist(),
-        max_hit_counts=best.tolist() if best is not None else (),
-        current_unique_keys=result.unique_blocks.tolist(),
-    )
-
-
-def packed_error_to_pb(trace_id: str, code: int, message: str) -> pb2.TraceQueryPackedResponse:
-    """A refused packed batch: only the header (nothing was applied)."""
-    return pb2.TraceQueryPackedResponse(
-        header=trace_error_fields(trace_id, code, message)["header"]
-    )
-
-
 def packed_result_from_pb(msg: pb2.TraceQueryPackedResponse) -> PackedQueryResult:
-    """The client's side of :func:`packed_result_to_pb`; raises the header's error.
+    """The client's side of :func:`~litehit_service.packed_frames.answer_bytes`; raises
+    the header's error.
     O(queries x slots)."""
     raise_for_header(msg)
     slots = len(msg.capacity_gb)

@@ -17,7 +17,7 @@ from test_manager import make_group, make_reg
 from litehit_core import HitCurveAccumulator, HitCurveSegment, project_curve_slots
 from litehit_core.projector import project_segments, segment_sums
 from litehit_service import messages as pb2
-from litehit_service import wire
+from litehit_service import packed_frames, wire
 from litehit_service.errors import InstanceNotExist, InvalidArgument
 from litehit_service.manager import ManagerLimits, OnlineOptimizerManager
 from litehit_service.policy import QueryPolicy
@@ -196,12 +196,14 @@ def test_wire_round_trip():
         4, (1.0, 2.0), np.array([3, 1]), np.array([12, 5]), np.array([[1, 2], [0, 1]]),
         np.array([3, 1]), np.array([3, 4]),
     )  # fmt: skip
-    back = wire.packed_result_from_pb(wire.packed_result_to_pb(result, "t"))
+    answer = pb2.TraceQueryPackedResponse.FromString(packed_frames.answer_bytes(result, "t"))
+    back = wire.packed_result_from_pb(answer)
     assert back.capacity_gb == (1.0, 2.0) and back.block_size_tokens == 4
     for name in ("total_blocks", "input_token_lens", "hit_blocks", "max_hit_blocks"):
         assert np.array_equal(getattr(back, name), getattr(result, name)), name
     msg = wire.packed_query_to_pb("i", [1, 2], [2], [8], [5], trace_id="x")
-    iid, keys, counts, lens, ts = wire.packed_query_from_pb(msg)
+    frame = packed_frames.packed_frame(msg.SerializeToString())
+    iid, keys, counts, lens, ts = packed_frames.frame_arrays(frame)
     assert (iid, keys.tolist(), counts.tolist(), lens.tolist(), ts.tolist()) == (
         "i", [1, 2], [2], [8], [5],
     )  # fmt: skip

@@ -116,7 +116,8 @@ def test_start_loads_full_attention_kernels_first_and_hybrid_ones_in_the_backgro
     wait_for(lambda: "(hybrid (linear/Mamba), in the background)" in server.stderr(), "warm")
     lines = [line for line in stopped(server).stderr().splitlines() if "kernels" in line]
     assert "loading the compiled engine kernels" in lines[0]
-    assert "compiled engine kernels ready in" in lines[1] and "(full attention)" in lines[1]
+    assert "compiled engine kernels ready in" in lines[1]
+    assert "(full attention, packed stream)" in lines[1]
     assert any("(hybrid (linear/Mamba), in the background)" in line for line in lines[2:])
 
 
