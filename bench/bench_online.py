@@ -1,26 +1,31 @@
 """Online throughput: packed streams from a separate client process into a real server.
 
-Usage: python bench/bench_online.py [TRACE.jsonl] [--copies 8] [--batch 1024]
-                                    [--engine compact|python] [--repeat 3] [--streams 2,4]
+Usage: python bench/bench_online.py [TRACE.jsonl] [--copies 8] [--batch 4096] [--slots 3]
+                                    [--engine compact|python] [--repeat 3]
+                                    [--streams 1,2,4] [--servers 0]
 
 Starts ``litehit serve`` (``--engine``, default compact) as its own process on 127.0.0.1,
-registers an instance per stream (block_size 512, 8 capacity slots + theoretical) and, from this
-process (the client), streams the trace through ``TraceQueryPackedStream`` in packed
-batches of ``--batch`` queries: the Mooncake conversation ``--copies`` times, each copy with
-fresh keys (so the tracked blocks grow as in a longer trace). The client sends
-pre-serialised batches through a raw gRPC stream (bytes in, bytes out) so that it costs
-little CPU beside the server. Reported (best of ``--repeat``, each on fresh instances):
+registers an instance per stream (block_size 512, ``--slots`` capacity slots + theoretical)
+and, from this process (the client), streams the trace through ``TraceQueryPackedStream``
+in packed batches of ``--batch`` queries: the Mooncake conversation ``--copies`` times,
+each copy with fresh keys (so the tracked blocks grow as in a longer trace). The client
+sends pre-serialised batches through a raw gRPC stream (bytes in, bytes out) so that it
+costs little CPU beside the server. Reported, best of ``--repeat`` interleaved rounds,
+each on fresh instances:
 
-- one stream: queries/s (wall) and the server's CPU per query (``/proc/PID/stat``, user +
-  system, over the stream);
-- ``--streams`` (default 2,4) streams on as many instances at once (a client thread
-  each): queries/s of all together and the ratio to one stream;
-- exactness: every answer of the first run equals the in-process manager's answer to the
-  same query sent alone (``trace_query``).
+- for each count k of ``--streams``: k streams on k instances at once (a client thread
+  each): queries/s of all together, the ratio to one stream, the server's CPU per query
+  and cores (``/proc/PID/stat``, user + system) and the client's CPU per query;
+- with ``--servers N`` (N >= 2), the same k streams spread over N server processes
+  (stream i to server i mod N; each its own data dir and port): one server process per
+  core, the alternative to one process's threads, without what routing instances to
+  processes would cost;
+- exactness: every answer of the first one-stream run equals the in-process manager's
+  answer to the same query sent alone (``trace_query``).
 
-Targets (issue 14): >= 100,000 queries/s, <= 10 us of server CPU per query; issue 25:
->= 250,000 queries/s, two streams >= 1.7x one, four streams no slower than two. The
-default trace is ../shared/traces/mooncake/conversation_trace.jsonl.
+Targets (issue 38): one stream >= 300,000 queries/s (batches of 4,096, 3 slots); two
+streams on two instances >= 1.7x one; four >= two. The default trace is
+../shared/traces/mooncake/conversation_trace.jsonl.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,13 +45,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, load_mooncake  # noqa: E402
-from bench_service import GROUP, REG, cpu_seconds, start_server  # noqa: E402
+from bench_service import CAPACITY_GB, GROUP, REG, cpu_seconds, start_server  # noqa: E402
 
 from litehit_service import messages as pb2  # noqa: E402
 from litehit_service import wire  # noqa: E402
 from litehit_service.client import OptimizerClient  # noqa: E402
 from litehit_service.manager import OnlineOptimizerManager  # noqa: E402
-from litehit_service.model import InstanceRegistration  # noqa: E402
+from litehit_service.model import InstanceGroup, InstanceRegistration  # noqa: E402
 
 METHOD = f"/{pb2.SERVICE_NAME}/TraceQueryPackedStream"
 
@@ -91,6 +97,11 @@ def stream(target: str, batches: list[bytes], out: list | None = None) -> float:
     return elapsed
 
 
+def group(slots: int) -> InstanceGroup:
+    """The bench group with its first ``slots`` capacities."""
+    return replace(GROUP, capacity_gb=CAPACITY_GB[:slots])
+
+
 def fresh_instances(client: OptimizerClient, ids: list[str]) -> None:
     """Register ``ids`` (idempotent) and reset them: empty engines and counters."""
     for iid in ids:
@@ -102,10 +113,10 @@ def _reg(iid: str) -> InstanceRegistration:
     return replace(REG, instance_id=iid)
 
 
-def expected_answers(reqs, copies: int) -> np.ndarray:
+def expected_answers(reqs, copies: int, slots: int) -> np.ndarray:
     """Hit blocks per slot of every query, sent alone to an in-process manager."""
     manager = OnlineOptimizerManager()
-    manager.create_group(GROUP)
+    manager.create_group(group(slots))
     manager.register_instance(_reg("a"))
     rows = [
         manager.trace_query("a", keys, tokens).hit_blocks for keys, tokens in copied(reqs, copies)
@@ -113,81 +124,98 @@ def expected_answers(reqs, copies: int) -> np.ndarray:
     return np.array(rows, np.int64)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
-    ap.add_argument("--copies", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=1024)
-    ap.add_argument("--engine", choices=("compact", "python"), default="compact")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--streams", default="2,4", help="stream counts beside one stream")
-    args = ap.parse_args()
-    counts = [int(k) for k in args.streams.split(",")]
-    reqs = load_mooncake(args.trace)
-    n = len(reqs) * args.copies
-    ids = [chr(ord("a") + i) for i in range(max(counts + [1]))]
-    batches = {iid: packed_batches(reqs, args.copies, args.batch, iid) for iid in ids}
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.2f}; {n:,} queries a stream ({args.copies} copies of "
-          f"{args.trace.name}), batches of {args.batch}, engine {args.engine}")  # fmt: skip
-    with tempfile.TemporaryDirectory() as data_dir:
-        proc, addr = start_server(data_dir, ["--engine", args.engine])
-        try:
-            with OptimizerClient(addr, timeout=30) as client:
-                client.create_instance_group(GROUP)
-                singles, cpus, client_cpu = [], [], []
-                many: dict[int, list[tuple[float, float, float]]] = {k: [] for k in counts}
-                first: list[bytes] = []
-                for run in range(args.repeat):
-                    fresh_instances(client, ids)
-                    cpu0, own0 = cpu_seconds(proc.pid), time.process_time()
-                    singles.append(stream(addr, batches["a"], first if run == 0 else None))
-                    cpus.append(cpu_seconds(proc.pid) - cpu0)
-                    client_cpu.append(time.process_time() - own0)
-                    for k in counts:
-                        fresh_instances(client, ids)
-                        many[k].append(parallel_streams(addr, [batches[i] for i in ids[:k]],
-                                                        proc.pid))  # fmt: skip
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-    got = np.concatenate([
-        wire.packed_result_from_pb(pb2.TraceQueryPackedResponse.FromString(raw)).hit_blocks
-        for raw in first
-    ])  # fmt: skip
-    expected = expected_answers(reqs, args.copies)
-    exact = np.array_equal(got, expected)
-    one = n / min(singles)
-    per_query = min(cpus) / n * 1e6
-    print(f"one stream: best {one:,.0f} queries/s (runs: "
-          f"{', '.join(f'{n / s:,.0f}' for s in singles)}); server CPU {per_query:.2f} us/query "
-          f"(target >= 250,000 queries/s)")  # fmt: skip
-    print(f"  client CPU {min(client_cpu) / n * 1e6:.2f} us/query")
-    for k in counts:
-        wall_s = min(w for w, _, _ in many[k])
-        server = min(c for _, c, _ in many[k])
-        own = min(o for _, _, o in many[k])
-        rate = k * n / wall_s
-        print(f"{k} streams on {k} instances: {rate:,.0f} queries/s = {rate / one:.2f}x one "
-              f"stream (target: two >= 1.7x, four no slower than two); server CPU "
-              f"{server / (k * n) * 1e6:.2f} us/query, {server / wall_s:.2f} cores; client CPU "
-              f"{own / (k * n) * 1e6:.2f} us/query")  # fmt: skip
-    print(f"answers equal to queries sent alone: {exact} ({len(got):,} queries x "
-          f"{got.shape[1]} slots)")  # fmt: skip
-    return 0 if exact else 1
-
-
-def parallel_streams(addr: str, streams: list[list[bytes]], pid: int) -> tuple[float, float, float]:
-    """Send each batch list over its own stream at once (one client thread each); returns
-    (wall seconds until the last answer, server CPU seconds, client CPU seconds)."""
-    cpu0, own0 = cpu_seconds(pid), time.process_time()
-    threads = [threading.Thread(target=stream, args=(addr, b)) for b in streams]
+def parallel_streams(
+    addrs: list[str], streams: list[list[bytes]], pids: list[int]
+) -> tuple[float, float, float]:
+    """Send each batch list over its own stream at once (one client thread each; stream i
+    to ``addrs[i % len(addrs)]``); returns (wall seconds until the last answer, CPU
+    seconds of the servers ``pids``, client CPU seconds)."""
+    cpu0, own0 = sum(map(cpu_seconds, pids)), time.process_time()
+    threads = [threading.Thread(target=stream, args=(addrs[i % len(addrs)], b))
+               for i, b in enumerate(streams)]  # fmt: skip
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return (time.perf_counter() - t0, cpu_seconds(pid) - cpu0, time.process_time() - own0)
+    wall = time.perf_counter() - t0
+    return wall, sum(map(cpu_seconds, pids)) - cpu0, time.process_time() - own0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--copies", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--slots", type=int, default=3, choices=range(1, len(CAPACITY_GB) + 1))
+    ap.add_argument("--engine", choices=("compact", "python"), default="compact")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--streams", default="1,2,4", help="stream counts (one stream always runs)")
+    ap.add_argument("--servers", type=int, default=0, help="also spread over N processes")
+    args = ap.parse_args()
+    counts = sorted({1, *(int(k) for k in args.streams.split(","))})
+    reqs = load_mooncake(args.trace)
+    n = len(reqs) * args.copies
+    ids = [chr(ord("a") + i) for i in range(max(counts))]
+    batches = {iid: packed_batches(reqs, args.copies, args.batch, iid) for iid in ids}
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.2f}; {n:,} queries a stream ({args.copies} copies of "
+          f"{args.trace.name}), batches of {args.batch}, {args.slots} slots, engine "
+          f"{args.engine}")  # fmt: skip
+    setups = {"one process": 1}
+    if args.servers >= 2:
+        setups[f"{args.servers} processes"] = args.servers
+    runs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    first: list[bytes] = []
+    with ExitStack() as stack:
+        servers = []
+        for _ in range(max(setups.values())):
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory())
+            proc, addr = start_server(data_dir, ["--engine", args.engine])
+            stack.callback(_stop, proc)
+            client = stack.enter_context(OptimizerClient(addr, timeout=30))
+            client.create_instance_group(group(args.slots))
+            servers.append((proc, addr, client))
+        for i, (_, addr, client) in enumerate(servers):  # compile and warm every server
+            fresh_instances(client, ids)
+            stream(addr, batches["a"], first if i == 0 else None)
+        for _ in range(args.repeat):  # interleaved: every setup and count each round
+            for name, size in setups.items():
+                used = servers[:size]
+                for k in counts:
+                    for _, _, client in used:
+                        fresh_instances(client, ids)
+                    runs.setdefault((name, k), []).append(parallel_streams(
+                        [a for _, a, _ in used], [batches[i] for i in ids[:k]],
+                        [p.pid for p, _, _ in used]))  # fmt: skip
+    got = np.concatenate([
+        wire.packed_result_from_pb(pb2.TraceQueryPackedResponse.FromString(raw)).hit_blocks
+        for raw in first
+    ])  # fmt: skip
+    exact = np.array_equal(got, expected_answers(reqs, args.copies, args.slots))
+    for name in setups:
+        one = n / min(w for w, _, _ in runs[(name, 1)])
+        print(f"{name}:")
+        for k in counts:
+            rows = runs[(name, k)]
+            wall = min(w for w, _, _ in rows)
+            rate = k * n / wall
+            server = min(c for _, c, _ in rows)
+            own = min(o for _, _, o in rows)
+            print(f"  {k} stream{'s' if k > 1 else ''} on {k} instance{'s' if k > 1 else ''}: "
+                  f"{rate:,.0f} queries/s = {rate / one:.2f}x one stream (runs "
+                  f"{', '.join(f'{k * n / w:,.0f}' for w, _, _ in rows)}); server CPU "
+                  f"{server / (k * n) * 1e6:.2f} us/query, {server / wall:.2f} cores; "
+                  f"client CPU {own / (k * n) * 1e6:.2f} us/query")  # fmt: skip
+    print("targets: one stream >= 300,000 queries/s; two streams >= 1.7x one; four >= two")
+    print(f"answers equal to queries sent alone: {exact} ({len(got):,} queries x "
+          f"{got.shape[1]} slots)")  # fmt: skip
+    return 0 if exact else 1
+
+
+def _stop(proc) -> None:  # noqa: ANN001 - a subprocess.Popen
+    proc.terminate()
+    proc.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,6 +50,17 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 1024
 DEFAULT_STREAM_IDLE_SECONDS = 600.0
 DEFAULT_WORKER_THREADS = 8
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where the
+    platform has none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 LINGER_SECONDS = 0.3
 """After the drain, connections stay open this long so final statuses are delivered."""
 LOG_FLUSH_SECONDS = 1.0
@@ -66,7 +77,10 @@ class ServerOptions:
     ``stream_idle_seconds`` before a
     silent stream is ended; ``admin_token`` / ``query_token`` guard admin and query RPCs
     (:mod:`litehit_service.access`); ``tls_cert`` / ``tls_key`` (PEM files, both or
-    neither) enable TLS; ``worker_threads`` run the servicer's work;
+    neither) enable TLS; ``worker_threads`` run the servicer's work and
+    ``parallel_batches`` threads the batches of streams (default: the usable CPUs; more
+    batches at once than cores only contend for them and for the GIL: bench/README.md,
+    issue 38);
     ``log_summary_seconds`` is the interval over which repeated log events (rejected
     queries, refused tokens) are summarised (:mod:`litehit_service.log_limits`).
     """
@@ -79,10 +93,11 @@ class ServerOptions:
     tls_cert: str | os.PathLike[str] | None = None
     tls_key: str | os.PathLike[str] | None = None
     worker_threads: int = DEFAULT_WORKER_THREADS
+    parallel_batches: int = field(default_factory=usable_cpus)
     log_summary_seconds: float = DEFAULT_INTERVAL_SECONDS
 
     def __post_init__(self) -> None:
-        for name in ("max_message_bytes", "max_streams", "worker_threads"):
+        for name in ("max_message_bytes", "max_streams", "worker_threads", "parallel_batches"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not self.stream_idle_seconds > 0:
@@ -129,6 +144,9 @@ class LiteHitServer:
         self.executor = ThreadPoolExecutor(
             max_workers=self.options.worker_threads, thread_name_prefix="litehit-work"
         )
+        self.batch_executor = ThreadPoolExecutor(
+            max_workers=self.options.parallel_batches, thread_name_prefix="litehit-batch"
+        )
         interval = self.options.log_summary_seconds
         self.transport = Transport(
             OptimizerServicer(
@@ -138,6 +156,7 @@ class LiteHitServer:
             manager.has_instance,
             tokens=TokenCheck(self.options.admin_token, self.options.query_token),
             max_streams=self.options.max_streams,
+            batch_executor=self.batch_executor,
             stream_idle_seconds=self.options.stream_idle_seconds,
             log_interval=interval,
         )
@@ -250,7 +269,7 @@ class LiteHitServer:
         if self._loop is None or self._server is None:
             return DrainReport(True)
         abandoned = self.call(lambda: self._drain(grace))
-        self.executor.shutdown(wait=True)
+        self._shutdown_threads()
         self._close_loop()
         return DrainReport(not abandoned, tuple(abandoned))
 
@@ -277,8 +296,13 @@ class LiteHitServer:
                 self.call(lambda: self._server.stop(None), timeout=10)  # type: ignore[union-attr]
             except (RuntimeError, TimeoutError):
                 pass
-        self.executor.shutdown(wait=True)
+        self._shutdown_threads()
         self._close_loop()
+
+    def _shutdown_threads(self) -> None:
+        """Let the work and batch threads finish what they run, then end them."""
+        self.executor.shutdown(wait=True)
+        self.batch_executor.shutdown(wait=True)
 
     def _close_loop(self) -> None:
         loop, self._loop = self._loop, None

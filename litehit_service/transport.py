@@ -15,7 +15,9 @@ guarded by :mod:`litehit_service.access`, without editing any list). For each ca
 3. **Work** runs on a thread pool (the event loop never blocks on the engine, the registry
    or an instance lock). Queries on one instance are serialised by an asyncio gate per
    instance, so a batch waiting for a busy instance (e.g. one being snapshotted) holds no
-   thread and never delays other instances.
+   thread and never delays other instances. Stream batches run on their own threads
+   (``batch_executor``: one per core by default, so that more streams than cores queue
+   instead of contending for the cores and the GIL).
 4. **Streams**: at most ``max_streams`` stream calls at once, of every kind in
    :data:`STREAM_KINDS` (one more:
    RESOURCE_EXHAUSTED naming the limit); a stream that sends nothing for
@@ -138,7 +140,8 @@ class InstanceGates:
 class Transport:
     """Serves OptimizerService through ``servicer`` on the running event loop.
 
-    ``executor`` runs the servicer's (synchronous) work; ``known_instance`` tells the
+    ``executor`` runs the servicer's (synchronous) work, ``batch_executor`` (default: the
+    same) the batches of streams; ``known_instance`` tells the
     gates which ids are registered; ``max_streams`` and ``stream_idle_seconds`` bound the
     streams; ``tokens`` guards access; ``log_interval`` is the seconds over which
     repeated log events are summarised (:mod:`litehit_service.log_limits`).
@@ -154,6 +157,7 @@ class Transport:
         max_streams: int,
         stream_idle_seconds: float,
         log_interval: float = DEFAULT_INTERVAL_SECONDS,
+        batch_executor: Executor | None = None,
     ) -> None:
         if max_streams <= 0:
             raise ValueError(f"max_streams must be > 0, got {max_streams}")
@@ -164,6 +168,7 @@ class Transport:
         self._tokens = tokens
         self.max_streams = max_streams
         self.stream_idle_seconds = stream_idle_seconds
+        self._batch_executor = batch_executor if batch_executor is not None else executor
         self.gates = InstanceGates(known_instance)
         self.streams: dict[int, StreamRecord] = {}
         self.unary_in_flight = 0
@@ -313,6 +318,10 @@ class Transport:
         """Run ``work()`` on the work threads (await it on the loop)."""
         return asyncio.get_running_loop().run_in_executor(self._executor, work)
 
+    def apply_batch(self, work: Callable[[], Any]) -> Awaitable[Any]:
+        """Run a stream batch's ``work()`` on the batch threads (await it on the loop)."""
+        return asyncio.get_running_loop().run_in_executor(self._batch_executor, work)
+
     def _stream_handler(
         self, method: str, access: Access, request_type: Any
     ) -> Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]]:
@@ -380,7 +389,7 @@ class Transport:
                 return out if isinstance(out, bytes) else out.SerializeToString()
 
             batch = decode(raw)
-            task = self.gates.run(kind.instance_ids(batch), lambda: self.in_executor(
+            task = self.gates.run(kind.instance_ids(batch), lambda: self.apply_batch(
                 lambda: work(batch)))  # fmt: skip
             record.state = "applying"
             return asyncio.ensure_future(task)

@@ -277,3 +277,56 @@ def test_undecodable_arrays_end_the_stream_after_the_answers_before_them():
             assert result.hit_blocks.tolist() == [[2, 2]]
     finally:
         live.stop()
+
+
+def test_stream_batches_run_on_the_batch_threads_at_most_parallel_batches_at_once():
+    """Catches the batch threads bypassed (batches of streams on the general work
+    threads) or more batches running at once than ``parallel_batches``: two streams on
+    two instances, one batch thread: the batches never overlap."""
+    import threading
+    import time
+
+    from conftest import LiveServer
+    from test_manager import make_group, make_reg
+
+    from litehit_service.manager import OnlineOptimizerManager
+    from litehit_service.server import ServerOptions, usable_cpus
+
+    assert ServerOptions().parallel_batches == usable_cpus() >= 1
+    with pytest.raises(ValueError, match="parallel_batches must be > 0, got 0"):
+        ServerOptions(parallel_batches=0)
+    manager = OnlineOptimizerManager()
+    seen: list[tuple[str, float, float]] = []
+    apply = manager.trace_query_packed
+
+    def traced(*args):
+        start = time.perf_counter()
+        time.sleep(0.01)  # long enough for the other stream's batch to overlap
+        out = apply(*args)
+        seen.append((threading.current_thread().name, start, time.perf_counter()))
+        return out
+
+    manager.trace_query_packed = traced  # type: ignore[method-assign]
+    live = LiveServer(manager, parallel_batches=1)
+    try:
+        with live.client() as client:
+            client.create_instance_group(make_group())
+            for iid in ("i", "j"):
+                client.register_instance(make_reg(iid))
+
+        def send(iid: str) -> None:
+            with live.client() as client:
+                batches = [wire.packed_query_to_pb(iid, [k, k + 1], [2], [8]) for k in range(8)]
+                assert len(list(client.stream_packed(batches))) == 8
+
+        threads = [threading.Thread(target=send, args=(iid,)) for iid in ("i", "j")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        live.stop()
+    assert len(seen) == 16
+    assert {name.rsplit("_", 1)[0] for name, _, _ in seen} == {"litehit-batch"}
+    spans = sorted((start, end) for _, start, end in seen)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))  # one at a time
