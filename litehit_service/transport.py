@@ -246,19 +246,11 @@ class Transport:
             f"{method} needs metadata 'authorization: Bearer <{needed} token>'",
         )
 
-    async def _decode(
-        self,
-        method: str,
-        request_type: Any,
-        raw: bytes,
-        context: Any,
-        n: int = 0,
-        decode: Callable[[bytes], Any] | None = None,
-    ) -> Any:
+    async def _decode(self, method: str, request_type: Any, raw: bytes, context: Any) -> Any:
         try:
-            return (decode or request_type.FromString)(raw)
+            return request_type.FromString(raw)
         except DecodeError as exc:
-            await self._undecodable(method, request_type, context, n, exc)
+            await self._undecodable(method, request_type, context, 0, exc)
 
     async def _undecodable(
         self, method: str, request_type: Any, context: Any, n: int, exc: DecodeError
@@ -388,9 +380,9 @@ class Transport:
                 out = answer(batch, method, record.peer)
                 return out if isinstance(out, bytes) else out.SerializeToString()
 
-            batch = decode(raw)
-            task = self.gates.run(kind.instance_ids(batch), lambda: self.apply_batch(
-                lambda: work(batch)))  # fmt: skip
+            item = batch = decode(raw)  # ``item``: this call's own, whatever ``batch`` becomes
+            task = self.gates.run(kind.instance_ids(item), lambda: self.apply_batch(
+                lambda: work(item)))  # fmt: skip
             record.state = "applying"
             return asyncio.ensure_future(task)
 
@@ -435,15 +427,13 @@ class Transport:
                 record.queries += queries
                 record.unanswered += queries
                 refused: DecodeError | None = None
-                if read.done() and not draining.is_set():  # start the next one first
-                    try:
-                        raw = read.result()
-                    except StopAsyncIteration:
-                        pass  # the client is done: the loop returns after this answer
-                    else:
+                # start the next batch before this answer is written; the client's end,
+                # or a failed read, is met after the answer (by the wait above)
+                if read.done() and not read.cancelled() and read.exception() is None:
+                    if not draining.is_set():
                         n += 1
                         try:
-                            applying = start(raw)
+                            applying = start(read.result())
                         except DecodeError as exc:
                             refused = exc
                         read = asyncio.ensure_future(reader.__anext__())
