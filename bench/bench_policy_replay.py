@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from litehit_service.offline.kernels import single_threaded_refcounts  # noqa: E402
+
+single_threaded_refcounts()  # as the commands run (one thread of kernels), before numba starts
 from _trace import DEFAULT_TRACE, interleaved, show  # noqa: E402
 from bench_peers import write_oracle_general  # noqa: E402
 

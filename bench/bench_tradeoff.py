@@ -37,6 +37,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from litehit_service.offline.kernels import single_threaded_refcounts  # noqa: E402
+
+single_threaded_refcounts()  # as the commands run (one thread of kernels), before numba starts
 from _trace import DEFAULT_TRACE, interleaved_walls  # noqa: E402
 
 from litehit_core.policy_replay import warm_up  # noqa: E402

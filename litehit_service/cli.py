@@ -28,7 +28,7 @@ from typing import Any
 from litehit_core import InvalidRequestError, LocatedError
 from litehit_service.commands import COMMAND_MODULES, CommandFailed, UsageError, rpc_detail
 from litehit_service.commands.options import CommandParser
-from litehit_service.offline.kernels import watch_compiles
+from litehit_service.offline.kernels import single_threaded_refcounts, watch_compiles
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -43,6 +43,15 @@ class Terminated(BaseException):
 
 
 QUIET_COMPILES = frozenset({"serve"})
+SINGLE_THREADED_KERNELS = frozenset(
+    {"convert", "curve", "export-tree", "gen-dataset", "lifecycle", "optimize", "query",
+     "replay", "simulate", "sweep", "tradeoff", "warm-up"}
+)  # fmt: skip
+"""Commands whose compiled kernels all run on one thread of their process (parallel work
+goes to processes): run as a process's own command line, their numba reference counts are
+plain increments (:func:`~litehit_service.offline.kernels.single_threaded_refcounts`).
+Deny by default: ``serve`` (its kernels run on several threads at once) and every command
+not named here keep atomic counts."""
 """Commands that report their own kernel loading (``serve`` logs it, in its log format)
 instead of the compile notices of :func:`~litehit_service.offline.kernels.watch_compiles`."""
 
@@ -139,11 +148,16 @@ def _expected(exc: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
+    """Parse ``argv`` (the process's command line when None: the console script and
+    ``python -m litehit_service``) and run the chosen subcommand; returns the process
+    exit code."""
+    own_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(command_module(argv[0]) if argv else None).parse_args(argv)
     if args.command not in QUIET_COMPILES:
         watch_compiles()  # a compile after an install is said on stderr as it starts
+    if own_process and args.command in SINGLE_THREADED_KERNELS:
+        single_threaded_refcounts()  # not when called in a process that may run threads
     try:
         with _sigterm_raises():
             return int(args.func(args) or EXIT_OK)

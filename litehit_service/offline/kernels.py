@@ -14,6 +14,8 @@ the moment the compile starts, and keeps out of its speed.
 - :func:`load_kernels`: load (or compile) one family before a command's work (before its
   progress bar, and before it forks workers, which then inherit the kernels).
 - :func:`warm_up_all`: every family, one line each (``litehit warm-up``).
+- :func:`single_threaded_refcounts`: for a command whose kernels all run on one thread,
+  numba's reference counts without atomic instructions (below).
 
 Cost: nothing per kernel call; one event per compiled function while compiling.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "compiled_seconds",
     "family_of",
     "load_kernels",
+    "single_threaded_refcounts",
     "warm_up_all",
     "watch_compiles",
 ]
@@ -103,8 +106,24 @@ def _register() -> None:
     event.register("numba:compile", _WATCH.listener())
 
 
+_AFTER_NUMBA: list[Any] = []
+"""What runs once numba is imported (:func:`_after_numba`)."""
+
+
+def _after_numba(callback: Any) -> None:
+    """Run ``callback()`` now if numba is loaded, else right after its import (one
+    one-shot import hook for every callback)."""
+    if "numba" in sys.modules:
+        callback()
+        return
+    if not _AFTER_NUMBA:
+        sys.meta_path.insert(0, _AfterNumbaImport())
+    _AFTER_NUMBA.append(callback)
+
+
 class _AfterNumbaImport(importlib.abc.MetaPathFinder):
-    """A one-shot import hook: numba's own loader, then :func:`_register`."""
+    """A one-shot import hook: numba's own loader, then the callbacks of
+    :func:`_after_numba`."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "numba":
@@ -121,7 +140,9 @@ class _AfterNumbaImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module: Any) -> None:
                 real.exec_module(module)
-                _register()
+                for callback in _AFTER_NUMBA:
+                    callback()
+                _AFTER_NUMBA.clear()
 
             def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader...
                 return getattr(real, name)
@@ -137,10 +158,45 @@ def watch_compiles(stream: TextIO | None = None) -> None:
     if _WATCH.registered:
         return
     _WATCH.registered = True
-    if "numba" in sys.modules:
-        _register()
-    else:
-        sys.meta_path.insert(0, _AfterNumbaImport())
+    _after_numba(_register)
+
+
+def single_threaded_refcounts() -> None:
+    """Make numba's reference counts plain (non-atomic) increments for this process: for
+    a command whose compiled kernels all run on one thread (the offline commands: their
+    parallel work is in processes), never for ``serve``. The policy replay's kernels reach
+    every array through one structref, and each read of a field adds and drops a
+    reference; as ``lock``-prefixed instructions these took 66 % of a replay on this
+    2-core VM (``perf``), plain ones make it 2.5x faster (bench/README.md, issue 38's
+    session). numba compiles its two counting functions once, when its runtime starts
+    (at the first kernel): they are replaced before that by plain ones with the same
+    contract (return the new count). numba's own switch for this
+    (``nrtdynmod._disable_atomicity``) returns the old count, so a count reaching 0 never
+    frees: memory leaks (it doubled ``optimize``'s peak RSS); it is not used. A numba
+    whose runtime is laid out differently keeps atomic counts. O(1)."""
+    _after_numba(_plain_refcounts)
+
+
+def _plain_refcounts() -> None:
+    from numba.core.runtime import nrt, nrtdynmod
+
+    word = getattr(nrtdynmod, "_word_type", None)
+    if nrt.rtsys._init or word is None or not hasattr(nrtdynmod, "_define_atomic_inc_dec"):
+        return
+
+    def plain_inc_dec(module: Any, op: str, ordering: str) -> Any:
+        from llvmlite import ir
+
+        fn = ir.Function(module, ir.FunctionType(word, [word.as_pointer()]),
+                         name=f"nrt_atomic_{op}")  # fmt: skip
+        (ptr,) = fn.args
+        builder = ir.IRBuilder(fn.append_basic_block())
+        new = getattr(builder, op)(builder.load(ptr), ir.Constant(word, 1))
+        builder.store(new, ptr)
+        builder.ret(new)  # the new count, as the atomic version returns it
+        return fn
+
+    nrtdynmod._define_atomic_inc_dec = plain_inc_dec
 
 
 def compiled_seconds() -> float:
