@@ -43,6 +43,8 @@ class Terminated(BaseException):
 
 
 QUIET_COMPILES = frozenset({"serve"})
+"""Commands that report their own kernel loading (``serve`` logs it, in its log format)
+instead of the compile notices of :func:`~litehit_service.offline.kernels.watch_compiles`."""
 SINGLE_THREADED_KERNELS = frozenset(
     {"convert", "curve", "export-tree", "gen-dataset", "lifecycle", "optimize", "query",
      "replay", "simulate", "sweep", "tradeoff", "warm-up"}
@@ -52,8 +54,6 @@ goes to processes): run as a process's own command line, their numba reference c
 plain increments (:func:`~litehit_service.offline.kernels.single_threaded_refcounts`).
 Deny by default: ``serve`` (its kernels run on several threads at once) and every command
 not named here keep atomic counts."""
-"""Commands that report their own kernel loading (``serve`` logs it, in its log format)
-instead of the compile notices of :func:`~litehit_service.offline.kernels.watch_compiles`."""
 
 _BAD_INPUT_KINDS = frozenset({"INVALID_ARGUMENT", "UNSUPPORTED", "INSTANCE_NOT_EXIST"})
 """Service error kinds that mean the caller's input was wrong (see litehit_service.errors)."""

@@ -50,6 +50,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 1024
 DEFAULT_STREAM_IDLE_SECONDS = 600.0
 DEFAULT_WORKER_THREADS = 8
+LINGER_SECONDS = 0.3
+"""After the drain, connections stay open this long so final statuses are delivered."""
+LOG_FLUSH_SECONDS = 1.0
+"""How often the server writes the due summaries of repeated log events (at most this
+long after their interval ended, whether or not another event comes)."""
 
 
 def usable_cpus() -> int:
@@ -59,13 +64,6 @@ def usable_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-LINGER_SECONDS = 0.3
-"""After the drain, connections stay open this long so final statuses are delivered."""
-LOG_FLUSH_SECONDS = 1.0
-"""How often the server writes the due summaries of repeated log events (at most this
-long after their interval ended, whether or not another event comes)."""
 
 
 @dataclass(frozen=True, slots=True)
