@@ -330,3 +330,13 @@ def test_stream_batches_run_on_the_batch_threads_at_most_parallel_batches_at_onc
     assert {name.rsplit("_", 1)[0] for name, _, _ in seen} == {"litehit-batch"}
     spans = sorted((start, end) for _, start, end in seen)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))  # one at a time
+
+
+def test_decoded_arrays_do_not_share_the_threads_buffer():
+    """Catches the arrays handed out as views of the per-thread decoding buffer: the next
+    batch decoded on the same thread would overwrite the previous batch's keys."""
+    first = wire.packed_query_to_pb("i", [1, 2, 3], [3], [12]).SerializeToString()
+    second = wire.packed_query_to_pb("i", [7, 8, 9, 10], [4], [16]).SerializeToString()
+    _, keys, counts, lens, _ = pf.frame_arrays(pf.packed_frame(first))
+    pf.frame_arrays(pf.packed_frame(second))
+    assert (keys.tolist(), counts.tolist(), lens.tolist()) == ([1, 2, 3], [3], [12])
