@@ -385,3 +385,14 @@ def test_one_config_three_ways(tmp_path) -> None:
     tables = [optimize(c)["a"] for c in (path, loader.config(), data)]
     assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
     assert optimize(path).summary.column("reads").to_pylist() == [4]
+
+
+def test_the_package_reexports_exactly_the_apis_names_but_the_two_functions():
+    """The two lists stay static (ruff and editors read them); this catches them drifting
+    apart: a name added to the API and not re-exported, or re-exported and gone."""
+    import litehit_service.optimizer as package
+    from litehit_service.optimizer import api
+
+    assert set(package.__all__) == set(api.__all__) - {"optimize", "tradeoff"}
+    for name in package.__all__:
+        assert getattr(package, name) is getattr(api, name)
