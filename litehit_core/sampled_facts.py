@@ -27,6 +27,7 @@ capacity seen anywhere else. O(breakpoints).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ import numpy as np
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import InstanceCurve
 from litehit_core.facts import FactRow
+from litehit_core.sampled_estimate import Z90, t90
 
 __all__ = ["Estimate", "SampleCounts", "count_rows", "estimated_curve"]
 
@@ -101,36 +103,71 @@ def estimated_curve(sample: InstanceCurve, rate: float, blocks: int, kept: int) 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """A hit rate estimated from K seeds: per seed its hit and input tokens."""
+    """A hit rate estimated from K seeds: per seed its sampled hit and input tokens and,
+    when the caller corrected them (:func:`~litehit_core.sampled_estimate.
+    regression_estimate`), per seed its estimate (``rates``) and that estimate's variance
+    (``variances``).
+
+    The estimate is the mean of the seeds' estimates, or without ``rates`` the pooled
+    ratio (hit tokens over input tokens summed over the seeds). The band is a 90 %
+    interval: ``estimate ± q·se`` with ``se²`` the larger of the seeds' own variances
+    over K (``q`` the normal quantile) and, for K >= 2, the seeds' spread over K
+    (``q`` Student's t with K - 1 degrees of freedom), clamped to [0, 1]; one seed
+    without a variance has no band (low = high = the estimate)."""
 
     hits: tuple[int, ...]
     inputs: tuple[int, ...]
+    rates: tuple[float, ...] | None = None
+    variances: tuple[float, ...] | None = None
+
+    @property
+    def per_seed(self) -> list[float]:
+        """Each seed's own estimate (without ``rates``: its hit tokens / input tokens)."""
+        if self.rates is not None:
+            return list(self.rates)
+        return [h / n if n else 0.0 for h, n in zip(self.hits, self.inputs, strict=True)]
 
     @property
     def rate(self) -> float:
-        """Sum of hit tokens / sum of input tokens over the seeds (0 without input)."""
+        """The estimate (class docstring)."""
+        if self.rates is not None:
+            return sum(self.rates) / len(self.rates) if self.rates else 0.0
         total = sum(self.inputs)
         return sum(self.hits) / total if total else 0.0
 
     @property
-    def per_seed(self) -> list[float]:
-        """Each seed's own hit rate."""
-        return [h / n if n else 0.0 for h, n in zip(self.hits, self.inputs, strict=True)]
+    def half_width(self) -> float | None:
+        """The band's half width before clamping (None: no band)."""
+        k = len(self.hits)
+        best: float | None = None
+        if self.variances is not None and k:
+            best = Z90 * math.sqrt(max(sum(self.variances) / k, 0.0) / k)
+        if k >= 2:
+            seeds = self.per_seed
+            mean = sum(seeds) / k
+            sd = math.sqrt(sum((s - mean) ** 2 for s in seeds) / (k - 1))
+            between = t90(k - 1) * sd / math.sqrt(k)
+            best = between if best is None else max(best, between)
+        return best
 
     @property
     def low(self) -> float:
-        """The lowest seed's rate."""
-        return min(self.per_seed)
+        """The band's lower end (the estimate when there is no band)."""
+        w = self.half_width
+        return self.rate if w is None else max(self.rate - w, 0.0)
 
     @property
     def high(self) -> float:
-        """The highest seed's rate."""
-        return max(self.per_seed)
+        """The band's upper end (the estimate when there is no band)."""
+        w = self.half_width
+        return self.rate if w is None else min(self.rate + w, 1.0)
 
     def text(self) -> str:
-        """``≈ 45.12% (44.80..45.40% over 4 seeds)``, or ``≈ 45.12% (1 seed)``."""
+        """``≈ 45.12% (90% band 44.80..45.40%, 4 seeds)``, or ``≈ 45.12% (1 seed, no
+        band)``."""
         k = len(self.hits)
-        if k == 1:
-            return f"≈ {self.rate * 100:.2f}% (1 seed, no band)"
+        seeds = f"{k} seed{'s' if k != 1 else ''}"
+        if self.half_width is None:
+            return f"≈ {self.rate * 100:.2f}% ({seeds}, no band)"
         band = f"{self.low * 100:.2f}..{self.high * 100:.2f}%"
-        return f"≈ {self.rate * 100:.2f}% ({band} over {k} seeds)"
+        return f"≈ {self.rate * 100:.2f}% (90% band {band}, {seeds})"

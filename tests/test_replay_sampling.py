@@ -262,7 +262,7 @@ def test_every_output_of_a_sampled_ledger_says_estimate(big: dict[str, Any]) -> 
     tmp, sampled = big["tmp"], big["sampled"]
     lines = sampled.instance_lines()
     assert lines[0].startswith("sampled replay: R = 0.25, 8 seeds")
-    assert "≈" in lines[1] and "over 8 seeds" in lines[1]
+    assert "≈" in lines[1] and "8 seeds)" in lines[1] and "90% band" in lines[1]
     data = sampled.to_json()
     assert data["estimate"] is True and data["sample_rate"] == 0.25
     assert data["sample_seeds"] == 8 and len(data["facts_paths"]) == 8

@@ -401,8 +401,8 @@ def add_sample_options(parser: Any) -> None:
         default=1,
         metavar="K",
         help="with --sample-rate, replay K independent samples (hash salts 0..K-1) in "
-        "parallel processes; the estimate pools them and the band is the lowest..highest "
-        "seed (1 to 64; default 1)",
+        "parallel processes; the estimate combines them and its band is a 90% interval "
+        "(1 to 64; default 1)",
     )
 
 

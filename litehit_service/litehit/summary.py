@@ -4,8 +4,9 @@ for a sampled replay (``--sample-rate``, issue 37) :class:`SampledEstimates`.
 A sampled replay's estimates are read back from its ledgers, one per seed, through the
 same curves as ``litehit curve`` (:func:`~litehit_service.litehit.curve.ledger_curves`):
 per instance and configured capacity, each seed's estimated hit tokens, pooled as hit
-tokens over input tokens summed over the seeds with the band of the seeds' own rates
-(:class:`~litehit_core.sampled_facts.Estimate`, as ``optimize --sample-rate`` reports).
+tokens over input tokens summed over the seeds, with a 90 % band from the seeds' spread
+(Student's t; :class:`~litehit_core.sampled_facts.Estimate`, as ``optimize
+--sample-rate`` reports).
 Cost: one read of each seed's ledger (O(rows)).
 """
 
@@ -61,7 +62,7 @@ class SampledEstimates:
         k = len(self.paths)
         out = [
             f"sampled replay: R = {self.rate:g}, {k} seed{'s' if k != 1 else ''} (estimates of "
-            "the whole trace's hit rates; the band is the lowest..highest seed)"
+            "the whole trace's hit rates; the band is a 90% interval from the seeds' spread)"
         ]
         for s in summaries:
             rates = [

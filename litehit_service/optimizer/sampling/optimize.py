@@ -9,7 +9,8 @@ output folder (:func:`seed_dir`), so no reader of ``{instance_id}_hit_rates.csv`
 output folder mistakes an estimate for an exact replay; at R = 1 a seed's tables are the
 exact replay's, byte for byte. The summary says the numbers are estimates (``≈``, the band
 over the seeds; ``--json``: ``sample_rate``, ``sample_seeds``, ``hit_rate_low``,
-``hit_rate_high``). Cost: K replays of ~R of the trace each.
+``hit_rate_high``). Each seed's estimate is corrected by the trace's reuse and has its
+own variance (:mod:`.estimate`). Cost: K replays of ~R of the trace each.
 """
 
 from __future__ import annotations
@@ -17,19 +18,22 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from litehit_service.offline.pool import TracePool
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.outputs import write_outputs
 from litehit_service.optimizer.optimize.run import OptimizeResult, run_optimize
-from litehit_service.optimizer.optimize.trace import LoadedTrace
+from litehit_service.optimizer.sampling.estimate import (
+    SeedSample,
+    SeedTask,
+    seed_estimate,
+    seed_sample,
+)
 from litehit_service.optimizer.sampling.scale import Estimate, scaled_config, trunk_bytes
-from litehit_service.optimizer.sampling.trace import SampledTrace, seed_trace
+from litehit_service.optimizer.sampling.trace import SampledTrace
 
 __all__ = [
     "SampledOptimize",
-    "SeedTask",
     "replay_seed",
     "run_sampled",
     "sampled_json",
@@ -44,51 +48,49 @@ def seed_dir(rate: float, seed: int) -> str:
     return f"sample-r{rate:g}-seed{seed}"
 
 
-class SeedTask(NamedTuple):
-    """One seed's replay: its ``config`` (scaled) over the pool's trace ``key``."""
-
-    key: str
-    config: OptimizeConfig
-
-
-def replay_seed(task: SeedTask, trace: LoadedTrace) -> OptimizeResult:
+def replay_seed(task: SeedTask, sample: SeedSample) -> OptimizeResult:
     """Replay one seed (a pool task). O(its keys) plus the replay's evictions."""
-    return run_optimize(task.config, trace)
+    return run_optimize(task.config, sample.trace)
 
 
 @dataclass(frozen=True, slots=True)
 class SampledOptimize:
-    """Every seed's result (seed order), the sample and the whole trace's totals."""
+    """Every seed's result and sample (seed order), the sample and the whole trace's
+    totals."""
 
     results: tuple[OptimizeResult, ...]
     sampled: SampledTrace
     trunk_bytes: tuple[tuple[int, ...], ...]
+    samples: tuple[SeedSample, ...]
 
     def estimate(self, index: int, tier: int | None = None) -> Estimate:
         """Instance ``index``'s hit rate over the seeds (``tier``: the share of input
         tokens that tier served)."""
-        rows = [r.instances[index].rows for r in self.results]
-        hits = (
-            tuple(r.hit_tokens for r in rows)
-            if tier is None
-            else tuple(int(r.tier_hit_tokens[tier]) for r in rows)
+        seeds = [
+            seed_estimate(sample, result, [index], tier)
+            for sample, result in zip(self.samples, self.results, strict=True)
+        ]
+        return Estimate(
+            tuple(s.hit_tokens for s in seeds),
+            tuple(s.input_tokens for s in seeds),
+            tuple(s.rate for s in seeds),
+            tuple(s.variance for s in seeds),
         )
-        return Estimate(hits, tuple(r.total_input_tokens for r in rows))
 
 
 def run_sampled(config: OptimizeConfig, sampled: SampledTrace, *, workers: int) -> SampledOptimize:
     """Replay every seed of ``sampled`` (module docstring) on ``workers`` processes."""
     rate = sampled.options.rate
-    traces = {f"seed{k}": seed_trace(sampled, k) for k in range(sampled.options.seeds)}
-    trunks = [tuple(trunk_bytes(config, t, sampled.trunk)) for t in traces.values()]
+    samples = {f"seed{k}": seed_sample(sampled, k, config) for k in range(sampled.options.seeds)}
+    trunks = [tuple(trunk_bytes(config, s.trace, sampled.trunk)) for s in samples.values()]
     tasks = [
-        SeedTask(key, scaled_config(config, trunk, rate))
-        for key, trunk in zip(traces, trunks, strict=True)
+        SeedTask(key, "optimize", -1, scaled_config(config, trunk, rate))
+        for key, trunk in zip(samples, trunks, strict=True)
     ]
-    with TracePool(traces, workers=min(workers, len(tasks))) as pool:
+    with TracePool(samples, workers=min(workers, len(tasks))) as pool:
         futures = [pool.submit(replay_seed, task, task.key) for task in tasks]
         results = tuple(f.result() for f in futures)
-    return SampledOptimize(results, sampled, tuple(trunks))
+    return SampledOptimize(results, sampled, tuple(trunks), tuple(samples.values()))
 
 
 def write_sampled(run: SampledOptimize, out_dir: str, output_format: str = "csv") -> list[str]:
@@ -107,8 +109,8 @@ def sampled_text(run: SampledOptimize) -> str:
     opts = s.options
     lines = [
         f"sampled replay: R = {opts.rate:g}, {opts.seeds} seed{'s' if opts.seeds != 1 else ''} "
-        f"(estimates: the band is the lowest..highest seed); trunk of {len(s.trunk)} block(s) "
-        f"(share >= {opts.theta:g})",
+        f"(estimates, corrected by the trace's reuse; the band is a 90% interval); trunk of "
+        f"{len(s.trunk)} block(s) (share >= {opts.theta:g})",
         f"{'instance':<20} {'policy':<15} {'reads':>9} {'sampled':>9}  hit rate",
     ]
     first = run.results[0]

@@ -7,10 +7,10 @@ the seed's records carry on the group's instances; each tier's capacity likewise
 eviction batch per instance becomes ``max(1, round(R b))``. TTLs and write delays are
 times: they never scale. :func:`unscaled_bytes` maps a sampled byte count (a peak) back.
 
-The estimate of a hit rate is the ratio of accumulated integers, hit tokens over input
-tokens summed over the seeds; its band is the lowest and highest of the seeds' own rates
-(:class:`~litehit_core.sampled_facts.Estimate`, shared with ``litehit replay
---sample-rate``). Cost: O(records) per seed for the trunk bytes, O(groups) the rest.
+The estimate of a hit rate over the seeds and its 90 % band are
+:class:`~litehit_core.sampled_facts.Estimate` (shared with ``litehit replay
+--sample-rate``), from each seed's estimate corrected by the trace's reuse
+(:mod:`.estimate`). Cost: O(records) per seed for the trunk bytes, O(groups) the rest.
 """
 
 from __future__ import annotations

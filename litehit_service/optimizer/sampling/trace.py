@@ -9,7 +9,9 @@ sample: ~(1 - (1 - R)^K) of the trace's records and keys, plus one batch. The ke
 records are then sorted by time (as :func:`~..optimize.trace.load_trace` sorts the whole
 trace: a stable sort, so each seed's records are in the order the whole trace's would
 be) and :func:`seed_trace` gives one seed's. Exact totals the sample cannot know (the
-records, reads and input tokens of the whole trace) are counted on the way. Cost:
+records, reads and input tokens of the whole trace) are counted on the way, and every
+read's keys go to a :class:`~litehit_core.sampled_estimate.ReuseSketch` (the whole
+trace's reuse, per-block sampled per seed: the estimates' control variate). Cost:
 O(bytes) to read, O(keys log trunk) to sample.
 """
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from litehit_core.policy_replay import ReplayRecords
 from litehit_core.policy_replay.loop import WRITE
+from litehit_core.sampled_estimate import ReuseSketch
 from litehit_core.sampling import THETA, TrunkLearner, kept
 from litehit_service.optimizer.optimize.columns import Batch, concat_batches, event_batch
 from litehit_service.optimizer.optimize.config import OptimizeConfig
@@ -57,7 +60,9 @@ class SampleOptions:
 class SampledTrace:
     """The records some seed keeps (``kept``: sorted by time as the whole trace would be),
     per kept record its seeds (``bits``: bit k = seed k keeps it), the trunk at the end
-    (sorted keys), and the whole trace's records, reads and input tokens per instance."""
+    (sorted keys), and the whole trace's records, reads and input tokens per instance;
+    per kept record its sampling unit (``units``: the key that sampled it) and the whole
+    trace's reuse sketch (``reuse``)."""
 
     kept: LoadedTrace
     bits: np.ndarray
@@ -66,6 +71,8 @@ class SampledTrace:
     records: int
     reads: np.ndarray
     input_tokens: np.ndarray
+    units: np.ndarray
+    reuse: ReuseSketch
 
 
 def _offsets(lens: np.ndarray) -> np.ndarray:
@@ -103,8 +110,10 @@ def load_sampled(
     )
     n_inst = len(config.instances)
     learner = TrunkLearner(options.theta)
+    sketch = ReuseSketch(options.rate, options.seeds, n_inst)
     parts: list[Batch] = []
     bit_parts: list[np.ndarray] = []
+    unit_parts: list[np.ndarray] = []
     records = 0
     reads = np.zeros(n_inst, dtype=np.int64)
     tokens = np.zeros(n_inst, dtype=np.int64)
@@ -113,6 +122,10 @@ def load_sampled(
         is_read = batch.kinds != WRITE
         np.add.at(reads, batch.insts[is_read], 1)
         np.add.at(tokens, batch.insts[is_read], batch.inputs[is_read])
+        on_read = np.repeat(is_read, batch.lens)
+        key_insts = np.repeat(batch.insts, batch.lens)
+        sketch.add(batch.keys[on_read], key_insts[on_read], batch.inputs[is_read],
+                   batch.insts[is_read])  # fmt: skip
         skeys = learner.learn(_offsets(batch.lens), batch.keys, batch.lines)
         bits = np.zeros(len(skeys), dtype=np.uint64)
         for seed in range(options.seeds):
@@ -123,13 +136,16 @@ def load_sampled(
         else:
             parts.append(_select(batch, rows))
         bit_parts.append(bits[rows])
+        unit_parts.append(skeys[rows])
         if progress is not None:
             progress(done)
     whole = concat_batches(parts) if parts else event_batch((), routing)
     all_bits = np.concatenate(bit_parts) if bit_parts else np.zeros(0, np.uint64)
+    units = np.concatenate(unit_parts) if unit_parts else np.zeros(0, np.int64)
     loaded = sorted_trace(whole, routing.ttl_values, routing.path, name)
     order = np.argsort(whole.times, kind="stable")  # sorted_trace's order
-    return SampledTrace(loaded, all_bits[order], learner.trunk, options, records, reads, tokens)
+    return SampledTrace(loaded, all_bits[order], learner.trunk, options, records, reads, tokens,
+                        units[order], sketch)  # fmt: skip
 
 
 def _take(trace: LoadedTrace, rows: np.ndarray) -> LoadedTrace:

@@ -15,8 +15,10 @@ policy:
 3. **Marks**: the 95 % and 99 % capacities by linear interpolation between the estimated
    points (no bisection: an estimate is not sharper than its band).
 
-All replays (policies x seeds x (1 + points)) go to the trade-off's pool
-(:class:`~.pool.TradeoffPool`, forked processes inheriting the samples). Outputs, all or
+All replays (policies x seeds x (1 + points)) go to a pool of forked processes
+inheriting the samples (:class:`~litehit_service.offline.pool.TracePool`); each returns
+its point's estimate, corrected by the trace's reuse, with its variance
+(:func:`~..sampling.estimate.replay_point`: the rows stay in the worker). Outputs, all or
 nothing, under names no exact run writes: ``pareto/sampled_curve_total.csv`` (per point
 the estimate and the band, ``sample_rate``, ``sample_seeds``; :data:`SAMPLED_HEADER`) and
 ``pareto/sampled_curve_total.png`` (with several policies also
@@ -31,25 +33,30 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from litehit_service.offline.pool import TracePool
 from litehit_service.optimizer.optimize.config import OptimizeConfig
+from litehit_service.optimizer.sampling.estimate import (
+    SeedPoint,
+    SeedTask,
+    replay_point,
+    seed_sample,
+)
 from litehit_service.optimizer.sampling.scale import (
     Estimate,
     scaled_config,
     trunk_bytes,
     unscaled_bytes,
 )
-from litehit_service.optimizer.sampling.trace import SampledTrace, seed_trace
+from litehit_service.optimizer.sampling.trace import SampledTrace
 from litehit_service.optimizer.tradeoff.points import (
     GIB,
-    Point,
     at_capacity,
     capacity_points,
     capacity_unit,
     group_quotas,
 )
-from litehit_service.optimizer.tradeoff.pool import ReplayTask, TradeoffPool
 from litehit_service.optimizer.tradeoff.sweep import (
     MARK_PERCENTS,
     STOP_PERCENT,
@@ -109,8 +116,14 @@ class SampledTradeoff:
     workers: int
 
 
-def _estimate(points: list[Point]) -> Estimate:
-    return Estimate(tuple(p.hit_tokens for p in points), tuple(p.input_tokens for p in points))
+def _estimate(points: list[SeedPoint]) -> Estimate:
+    seeds = [p.estimate for p in points]
+    return Estimate(
+        tuple(s.hit_tokens for s in seeds),
+        tuple(s.input_tokens for s in seeds),
+        tuple(s.rate for s in seeds),
+        tuple(s.variance for s in seeds),
+    )
 
 
 def _interpolate(points: list[tuple[int, Estimate]], target: float) -> int | None:
@@ -142,31 +155,33 @@ def run_sampled_tradeoff(
     advance = progress or (lambda n: None)
     rate, seeds = sampled.options.rate, sampled.options.seeds
     variants = sweep_configs(config, options.policies)
-    per_seed = [seed_trace(sampled, k) for k in range(seeds)]
-    trunks = [trunk_bytes(config, t, sampled.trunk) for t in per_seed]
+    per_seed = [seed_sample(sampled, k, config) for k in range(seeds)]
+    trunks = [trunk_bytes(config, s.trace, sampled.trunk) for s in per_seed]
     traces = {
-        f"{label}#{k}": trace_for(cfg, t) for label, cfg in variants for k, t in enumerate(per_seed)
+        f"{label}#{k}": replace(s, trace=trace_for(cfg, s.trace))
+        for label, cfg in variants
+        for k, s in enumerate(per_seed)
     }
     infinite = [-1] * len(config.groups)
     unit = capacity_unit(config)
     replays = 0
     curves = []
-    with TradeoffPool(traces, workers=options.workers) as pool:
+    with TracePool(traces, workers=options.workers) as pool:
 
         def submit(label: str, cfg: OptimizeConfig, cap: int, quotas: list[int]) -> list:
             placed = at_capacity(cfg, quotas)
-            return [
-                pool.submit(ReplayTask(f"{label}#{k}", label, cap,
-                                       scaled_config(placed, trunks[k], rate)))
+            tasks = [
+                SeedTask(f"{label}#{k}", label, cap, scaled_config(placed, trunks[k], rate))
                 for k in range(seeds)
-            ]  # fmt: skip
+            ]
+            return [pool.submit(replay_point, t, t.key) for t in tasks]
 
         warm_futs = [submit(label, cfg, -1, infinite) for label, cfg in variants]
         for (label, cfg), futs in zip(variants, warm_futs, strict=True):
             warm = [f.result() for f in futs]
             replays += seeds
             advance(1)
-            groups = [p.group_peak_bytes(cfg) for p in warm]
+            groups = [p.point.group_peak_bytes(cfg) for p in warm]
             weights = [
                 sum(unscaled_bytes(g[gi], trunks[k][gi], rate) for k, g in enumerate(groups))
                 // seeds
@@ -237,7 +252,8 @@ def sampled_text(result: SampledTradeoff) -> str:
     s = "s" if result.seeds != 1 else ""
     lines = [
         f"sampled trade-off: R = {result.rate:g}, {result.seeds} seed{s}; every hit rate is "
-        "an estimate (pooled over the seeds; the band is the lowest..highest seed)"
+        "an estimate (corrected by the trace's reuse, averaged over the seeds; the band is a "
+        "90% interval)"
     ]
     for c in result.curves:
         lines.append(

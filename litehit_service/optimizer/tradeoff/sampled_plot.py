@@ -3,7 +3,7 @@ several policies, ``pareto/sampled_multi_policy_total.png``.
 
 Capacity (GiB, linear, from 0) against the estimated total hit rate (%). The curve
 picture: per policy its estimated points joined from (0, 0) and its 95 %/99 % capacities
-as diamonds on the curve; with one policy also its band (lowest..highest seed) shaded with
+as diamonds on the curve; with one policy also its band (a 90 % interval) shaded with
 its edges drawn, its estimated theoretical hit rate (dashed) and the marks as labelled
 dotted verticals. With several policies the bands would hide each other's curves, so the
 curve picture draws the lines only and the multi-policy picture gives each policy its own
@@ -28,7 +28,7 @@ _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:
 
 def _subtitle(result: SampledTradeoff) -> str:
     seeds = f"{result.seeds} seed{'s' if result.seeds != 1 else ''}"
-    band = ", band: lowest..highest seed" if result.seeds > 1 else ""
+    band = ", band: 90% interval"
     return f"sampled estimate: R = {result.rate:g}, {seeds}{band}"
 
 
@@ -37,7 +37,7 @@ def _draw(ax: Any, c: SampledCurve, color: str, seeds: int, full: bool) -> None:
     marks (else the line and diamond marks only)."""
     caps = [0.0] + [cap / GIB for cap, _ in c.points]
     mid = [0.0] + [est.rate * 100 for _, est in c.points]
-    label = f"{c.label} (≈)" if seeds == 1 or not full else f"{c.label} (≈, band over {seeds})"
+    label = f"{c.label} (≈)" if not full else f"{c.label} (≈, 90% band)"
     ax.plot(caps, mid, "o-", color=color, markersize=3.5, linewidth=1.4, label=label)
     theo = c.warmup.rate * 100
     for pct, cap in c.marks:
