@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 __all__ = [
+    "MIN_CACHE_REQUESTS",
     "MIN_TRUNK_RECORDS",
     "THETA",
     "TrunkLearner",
@@ -43,6 +44,12 @@ __all__ = [
 THETA = 0.02
 """Default trunk share: a key carried by >= 2 % of a window's records is trunk
 (bench/bench_sampling.py measured 1 %, 2 % and 5 %; see docs/optimizer.md)."""
+MIN_CACHE_REQUESTS = 200
+"""A scaled cache holding fewer of the sample's average requests than this reads low: the
+sample's traffic between two uses of a block is a sum of few whole requests, and a
+concave curve read through that noise bends down (Mooncake x10, lru, 8 seeds: -2.1
+points at ~18 requests, -0.9 at ~74, -0.5 at ~150, -0.16 at ~300; bench/README.md,
+2026-12-05). Outputs flag such estimates as coarse."""
 MIN_TRUNK_RECORDS = 64
 """A key joins the trunk only when at least this many records of its window carry it: a
 short window (a small trace, a small last batch) does not make every key trunk."""

@@ -7,6 +7,9 @@ the bug it catches; each was planted once and seen red.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import random
 import statistics
 from pathlib import Path
@@ -196,3 +199,39 @@ def test_corrected_estimate_is_sharper_and_its_band_holds_the_exact_rate(tmp_pat
     )
     assert held >= 16, held  # a 90 % band: ~21.6 of 24 expected
     assert est.low <= want <= est.high
+
+
+def test_small_scaled_caches_are_flagged_coarse(tmp_path, capsys):
+    """Catches: the coarse flag missing from an output, inverted, or measured against the
+    sample's own requests instead of the whole trace's average read."""
+    from litehit_service.cli import main
+
+    records = shared_root_records(300, seed=4, insts="a")
+    mean_blocks = statistics.mean(len(r["keys"]) for r in records)
+    for quota, want in ((0.2, True), (100.0, False)):
+        path = write_case(tmp_path, records, policy="lru", quota=quota, mode=3)
+        assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--sample-rate", "0.3",
+                     "--json"]) == 0  # fmt: skip
+        a = json.loads(capsys.readouterr().out)["instances"][0]
+        assert a["coarse"] is want
+        held = min(a["sampled_capacity_blocks"]) / mean_blocks
+        assert a["scaled_cache_requests"] == pytest.approx(held)
+        assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--sample-rate", "0.3"]) == 0
+        assert ("coarse: the scaled cache holds" in capsys.readouterr().out) is want
+        assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--sample-rate", "1",
+                     "--json"]) == 0  # fmt: skip
+        exact = json.loads(capsys.readouterr().out)["instances"][0]  # rate 1 scales nothing
+        assert exact["coarse"] is False and exact["scaled_cache_requests"] is None
+    big = shared_root_records(1500, seed=4, insts="a")
+    path = write_case(tmp_path, big, policy="lru", quota=1.0, mode=3)
+    out = tmp_path / "t"
+    assert main(["tradeoff", str(path), "-o", str(out), "--num-points", "6", "--sample-rate",
+                 "0.3"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    rows = list(csv.DictReader(io.StringIO((out / "pareto/sampled_curve_total.csv").read_text())))
+    flags = [r["coarse"] for r in rows if r["kind"] == "point"]
+    assert flags[0] == "true" and flags[-1] == "false", flags  # small capacities first
+    assert "coarse points (scaled cache under 200 average requests) read low" in text
+    assert main(["tradeoff", str(path), "-o", str(out), "--num-points", "6", "--sample-rate",
+                 "1"]) == 0  # fmt: skip
+    assert "coarse" not in capsys.readouterr().out  # rate 1 scales nothing

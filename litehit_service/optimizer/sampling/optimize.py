@@ -19,6 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from litehit_core.sampling import MIN_CACHE_REQUESTS
 from litehit_service.offline.pool import TracePool
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.outputs import write_outputs
@@ -29,7 +30,13 @@ from litehit_service.optimizer.sampling.estimate import (
     seed_estimate,
     seed_sample,
 )
-from litehit_service.optimizer.sampling.scale import Estimate, scaled_config, trunk_bytes
+from litehit_service.optimizer.sampling.scale import (
+    Estimate,
+    cache_requests,
+    coarse,
+    scaled_config,
+    trunk_bytes,
+)
 from litehit_service.optimizer.sampling.trace import SampledTrace
 
 __all__ = [
@@ -62,6 +69,17 @@ class SampledOptimize:
     sampled: SampledTrace
     trunk_bytes: tuple[tuple[int, ...], ...]
     samples: tuple[SeedSample, ...]
+
+    def cache_requests(self, index: int) -> float | None:
+        """How many average reads instance ``index``'s scaled cache holds (the smallest
+        over the seeds; None: infinite, or rate 1: nothing scaled)."""
+        if self.sampled.options.rate == 1:
+            return None
+        reads, blocks = int(self.sampled.reads[index]), int(self.sampled.reuse.read_blocks[index])
+        held = [cache_requests(r.instances[index].capacity_blocks, blocks, reads)
+                for r in self.results]  # fmt: skip
+        known = [h for h in held if h is not None]
+        return min(known) if len(known) == len(held) else None
 
     def estimate(self, index: int, tier: int | None = None) -> Estimate:
         """Instance ``index``'s hit rate over the seeds (``tier``: the share of input
@@ -122,6 +140,11 @@ def sampled_text(run: SampledOptimize) -> str:
         )
         for tier, name in enumerate(r.tier_names):
             lines.append(f"  tier {tier} ({name}): served {run.estimate(index, tier).text()}")
+        if coarse(held := run.cache_requests(index)):
+            lines.append(
+                f"  coarse: the scaled cache holds ~{held:.3g} average requests (< "
+                f"{MIN_CACHE_REQUESTS}), so this estimate reads low; raise --sample-rate"
+            )
     return "\n".join(lines)
 
 
@@ -158,6 +181,8 @@ def sampled_json(run: SampledOptimize, extra: dict[str, object] | None = None) -
                     }
                     for k, name in enumerate(r.tier_names)
                 ],  # fmt: skip
+                "scaled_cache_requests": run.cache_requests(index),
+                "coarse": coarse(run.cache_requests(index)),
                 "sampled_capacity_blocks": [
                     x.instances[index].capacity_blocks for x in run.results
                 ],  # fmt: skip

@@ -22,11 +22,18 @@ from dataclasses import replace
 import numpy as np
 
 from litehit_core.sampled_facts import Estimate
-from litehit_core.sampling import scaled_bytes, scaled_count
+from litehit_core.sampling import MIN_CACHE_REQUESTS, scaled_bytes, scaled_count
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.trace import LoadedTrace
 
-__all__ = ["Estimate", "scaled_config", "trunk_bytes", "unscaled_bytes"]
+__all__ = [
+    "Estimate",
+    "cache_requests",
+    "coarse",
+    "scaled_config",
+    "trunk_bytes",
+    "unscaled_bytes",
+]
 
 GIB = 1 << 30
 
@@ -80,3 +87,18 @@ def unscaled_bytes(sampled: int, trunk: int, rate: float) -> int:
     / R`` with ``T = min(trunk, sampled)``, rounded down. O(1)."""
     t = min(trunk, sampled)
     return t + math.floor((sampled - t) / rate)
+
+
+def cache_requests(capacity_blocks: int | None, read_blocks: int, reads: int) -> float | None:
+    """How many of an instance's average reads (``read_blocks / reads``, the whole
+    trace's) its scaled cache of ``capacity_blocks`` holds (None: infinite or no reads);
+    under :data:`~litehit_core.sampling.MIN_CACHE_REQUESTS` the estimate is coarse. O(1)."""
+    if capacity_blocks is None or reads <= 0 or read_blocks <= 0:
+        return None
+    return capacity_blocks * reads / read_blocks
+
+
+def coarse(requests: float | None) -> bool:
+    """Whether a scaled cache holding ``requests`` average reads is too small to trust
+    (:data:`~litehit_core.sampling.MIN_CACHE_REQUESTS`)."""
+    return requests is not None and requests < MIN_CACHE_REQUESTS

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from litehit_core.sampling import MIN_CACHE_REQUESTS
 from litehit_service.offline.pool import TracePool
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.sampling.estimate import (
@@ -45,6 +46,8 @@ from litehit_service.optimizer.sampling.estimate import (
 )
 from litehit_service.optimizer.sampling.scale import (
     Estimate,
+    cache_requests,
+    coarse,
     scaled_config,
     trunk_bytes,
     unscaled_bytes,
@@ -84,15 +87,17 @@ SAMPLED_PNG = os.path.join("pareto", "sampled_curve_total.png")
 SAMPLED_MULTI_PNG = os.path.join("pareto", "sampled_multi_policy_total.png")
 SAMPLED_HEADER = (
     "policy,kind,capacity_bytes,capacity_gib,hit_rate,hit_rate_low,hit_rate_high,"
-    "sampled_hit_tokens,sampled_input_tokens,sample_rate,sample_seeds"
+    "sampled_hit_tokens,sampled_input_tokens,sample_rate,sample_seeds,coarse"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class SampledCurve:
     """One policy's estimated curve: the warm-up's estimate, ``M`` (``peak_bytes``) and the
-    groups' weights, the planned capacities, the points reported (capacity, estimate), and
-    per mark percent its interpolated capacity (None: not reached)."""
+    groups' weights, the planned capacities, the points reported (capacity, estimate), per
+    point how many average requests its smallest scaled cache holds (``cache_requests``;
+    under :data:`~litehit_core.sampling.MIN_CACHE_REQUESTS` the point is coarse), and per
+    mark percent its interpolated capacity (None: not reached)."""
 
     label: str
     warmup: Estimate
@@ -101,6 +106,11 @@ class SampledCurve:
     planned: tuple[int, ...]
     points: tuple[tuple[int, Estimate], ...]
     marks: tuple[tuple[int, int | None], ...]
+    cache_requests: tuple[float | None, ...] = ()
+
+    def coarse(self, index: int) -> bool:
+        """Whether point ``index`` is coarse (class docstring)."""
+        return index < len(self.cache_requests) and coarse(self.cache_requests[index])
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +134,21 @@ def _estimate(points: list[SeedPoint]) -> Estimate:
         tuple(s.rate for s in seeds),
         tuple(s.variance for s in seeds),
     )
+
+
+def _held(points: list[SeedPoint], sampled: SampledTrace) -> float | None:
+    """The fewest average requests any instance's scaled cache holds over the seeds (None
+    at rate 1: nothing is scaled)."""
+    if sampled.options.rate == 1:
+        return None
+    blocks = sampled.reuse.read_blocks
+    held = [
+        cache_requests(i.capacity_blocks, int(blocks[k]), int(sampled.reads[k]))
+        for p in points
+        for k, i in enumerate(p.point.instances)
+    ]
+    known = [h for h in held if h is not None]
+    return min(known) if known else None
 
 
 def _interpolate(points: list[tuple[int, Estimate]], target: float) -> int | None:
@@ -196,18 +221,28 @@ def run_sampled_tradeoff(
             ]
             theoretical = _estimate(warm)
             points: list[tuple[int, Estimate]] = []
+            held: list[float | None] = []
             for cap, futs_k in futures:
-                est = _estimate([f.result() for f in futs_k])
+                done = [f.result() for f in futs_k]
+                est = _estimate(done)
                 replays += seeds
                 advance(1)
                 if not points or points[-1][1].rate < STOP_PERCENT / 100 * theoretical.rate:
                     points.append((cap, est))
+                    held.append(_held(done, sampled))
             marks = tuple(
                 (pct, _interpolate(points, pct / 100 * theoretical.rate)) for pct in MARK_PERCENTS
             )
             curves.append(
                 SampledCurve(
-                    label, theoretical, peak, tuple(weights), tuple(planned), tuple(points), marks
+                    label,
+                    theoretical,
+                    peak,
+                    tuple(weights),
+                    tuple(planned),
+                    tuple(points),
+                    marks,
+                    tuple(held),
                 )  # fmt: skip
             )
     return SampledTradeoff(
@@ -216,21 +251,25 @@ def run_sampled_tradeoff(
     )  # fmt: skip
 
 
-def _rows(result: SampledTradeoff) -> list[tuple[str, str, int | None, Estimate | None]]:
-    rows: list[tuple[str, str, int | None, Estimate | None]] = []
+Row = tuple[str, str, int | None, Estimate | None, bool]
+
+
+def _rows(result: SampledTradeoff) -> list[Row]:
+    rows: list[Row] = []
     for c in result.curves:
-        rows.append((c.label, "theoretical", c.peak_bytes, c.warmup))
-        rows += [(c.label, "point", cap, est) for cap, est in c.points]
-        rows += [(c.label, f"p{pct}", cap, None) for pct, cap in c.marks]
+        rows.append((c.label, "theoretical", c.peak_bytes, c.warmup, False))
+        rows += [(c.label, "point", cap, est, c.coarse(k)) for k, (cap, est) in enumerate(c.points)]
+        rows += [(c.label, f"p{pct}", cap, None, False) for pct, cap in c.marks]
     return rows
 
 
 def sampled_csv(result: SampledTradeoff) -> str:
     """``pareto/sampled_curve_total.csv`` (module docstring): the theoretical, the points
     and the marks of every policy, each estimate with its band (a mark: its capacity
-    only). O(points)."""
+    only); ``coarse``: the point's scaled cache holds too few requests to trust
+    (:meth:`SampledCurve.coarse`). O(points)."""
     lines = [SAMPLED_HEADER]
-    for policy, kind, cap, est in _rows(result):
+    for policy, kind, cap, est, rough in _rows(result):
         capacity = "" if cap is None else str(cap)
         gib = "" if cap is None else f"{cap / GIB:.9g}"
         if est is None:
@@ -238,7 +277,8 @@ def sampled_csv(result: SampledTradeoff) -> str:
         else:
             nums = (f"{est.rate:.6f},{est.low:.6f},{est.high:.6f},{sum(est.hits)},"
                     f"{sum(est.inputs)}")  # fmt: skip
-        lines.append(f"{policy},{kind},{capacity},{gib},{nums},{result.rate:g},{result.seeds}")
+        lines.append(f"{policy},{kind},{capacity},{gib},{nums},{result.rate:g},{result.seeds},"
+                     f"{str(rough).lower()}")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -262,8 +302,18 @@ def sampled_text(result: SampledTradeoff) -> str:
             "samples' peaks)"
         )
         lines.append(f"  {'capacity GiB':>16} {'capacity bytes':>22}  hit rate")
-        for cap, est in c.points:
-            lines.append(f"  {cap / GIB:>16,.4f} {cap:>22,}  {_band(est)}")
+        for k, (cap, est) in enumerate(c.points):
+            note = (
+                f"  coarse: the scaled cache holds ~{c.cache_requests[k]:.3g} requests"
+                if (c.coarse(k))
+                else ""
+            )
+            lines.append(f"  {cap / GIB:>16,.4f} {cap:>22,}  {_band(est)}{note}")
+        if any(c.coarse(k) for k in range(len(c.points))):
+            lines.append(
+                f"  coarse points (scaled cache under {MIN_CACHE_REQUESTS} average requests) "
+                "read low; a higher --sample-rate sharpens them"
+            )
         for pct, cap in c.marks:
             where = "not reached" if cap is None else f"≈ {cap / GIB:,.4f} GiB ({cap:,} bytes)"
             lines.append(f"  {pct}%: {where} (interpolated between the estimated points)")
@@ -274,8 +324,12 @@ def sampled_text(result: SampledTradeoff) -> str:
     return "\n".join(lines)
 
 
-def _point(cap: int, est: Estimate) -> dict[str, object]:
-    return {
+def _point(cap: int, est: Estimate, c: SampledCurve | None = None, k: int = 0) -> dict:
+    extra = {} if c is None else {
+        "scaled_cache_requests": c.cache_requests[k] if k < len(c.cache_requests) else None,
+        "coarse": c.coarse(k),
+    }  # fmt: skip
+    return extra | {
         "capacity_bytes": cap,
         "capacity_gib": cap / GIB,
         "hit_rate": est.rate,
@@ -305,7 +359,7 @@ def sampled_json(result: SampledTradeoff, extra: dict[str, object]) -> str:
                 "planned_points": len(c.planned),
                 "hit_rate_low": theo["hit_rate_low"],
                 "hit_rate_high": theo["hit_rate_high"],
-                "points": [_point(cap, est) for cap, est in c.points],
+                "points": [_point(cap, est, c, k) for k, (cap, est) in enumerate(c.points)],
                 "marks": [
                     {
                         "percent": pct,

@@ -3,7 +3,8 @@ several policies, ``pareto/sampled_multi_policy_total.png``.
 
 Capacity (GiB, linear, from 0) against the estimated total hit rate (%). The curve
 picture: per policy its estimated points joined from (0, 0) and its 95 %/99 % capacities
-as diamonds on the curve; with one policy also its band (a 90 % interval) shaded with
+as diamonds on the curve, coarse points (:meth:`~.sampled.SampledCurve.coarse`) hollow;
+with one policy also its band (a 90 % interval) shaded with
 its edges drawn, its estimated theoretical hit rate (dashed) and the marks as labelled
 dotted verticals. With several policies the bands would hide each other's curves, so the
 curve picture draws the lines only and the multi-policy picture gives each policy its own
@@ -39,6 +40,11 @@ def _draw(ax: Any, c: SampledCurve, color: str, seeds: int, full: bool) -> None:
     mid = [0.0] + [est.rate * 100 for _, est in c.points]
     label = f"{c.label} (≈)" if not full else f"{c.label} (≈, 90% band)"
     ax.plot(caps, mid, "o-", color=color, markersize=3.5, linewidth=1.4, label=label)
+    rough = [k for k in range(len(c.points)) if c.coarse(k)]
+    if rough:
+        ax.plot([caps[k + 1] for k in rough], [mid[k + 1] for k in rough], "o", color="white",
+                markeredgecolor=color, markersize=5,
+                label=f"{c.label}: coarse (reads low)")  # fmt: skip
     theo = c.warmup.rate * 100
     for pct, cap in c.marks:
         if cap is None:
@@ -52,7 +58,7 @@ def _draw(ax: Any, c: SampledCurve, color: str, seeds: int, full: bool) -> None:
                         ha="right", fontsize=7, color=color)  # fmt: skip
     if not full:
         return
-    if seeds > 1:
+    if any(est.high > est.low for _, est in c.points):
         low = [0.0] + [est.low * 100 for _, est in c.points]
         high = [0.0] + [est.high * 100 for _, est in c.points]
         ax.fill_between(caps, low, high, color=color, alpha=0.15, linewidth=0)
