@@ -16,11 +16,13 @@ Two traces, one instance, 512-token blocks, eviction mode 3, batch 100, no delay
 
 Per trace, U = its unique blocks; per policy (lru, leaf_aware_lru, random_lru with
 sample_rate 0.1, ttl with fallback_on_pressure and a 300 s default TTL) x quota (0.5 %,
-2 %, 8 %, 25 % of U): the exact replay's hit rate, and per R the sampled estimate of
-seed 0 alone (what ``--sample-seeds 1`` prints), the pooled estimate of ``--seeds``
-seeds, whether their band (lowest..highest seed) holds the exact value (before them, the
-spread of one seed's estimate at infinite quota over ``--spread-seeds`` seeds, with the
-sampled units a seed holds). Then the same
+2 %, 8 %, 25 % of U): the exact replay's hit rate, and per R the estimate of seed 0
+alone (what ``--sample-seeds 1`` prints) with its own 90 % band, the estimate of
+``--seeds`` seeds with theirs, whether each band holds the exact value, and a summary of
+the uncorrected estimates (hit tokens / input tokens of the sample) for comparison
+(before them, the spread of one seed's estimate at infinite quota over
+``--spread-seeds`` seeds, uncorrected and corrected, with the sampled units a seed
+holds). Then the same
 at R = 5 % with the other trunk shares (``--thetas``) and with the plain scaling R x Q
 (no trunk term), as summaries. Then (``--no-cli`` skips it) the wall time of ``litehit
 tradeoff --num-points 12 --eviction-policies leaf_aware_lru`` exact and with
@@ -44,7 +46,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import peak_run, write_standard_copies  # noqa: E402
 from synthetic import Shape, SyntheticTrace  # noqa: E402
 
-from litehit_core.sampling import sampling_units  # noqa: E402
 from litehit_service.offline.pool import TracePool  # noqa: E402
 from litehit_service.optimizer.optimize.config import load_optimize_config  # noqa: E402
 from litehit_service.optimizer.optimize.trace import load_trace  # noqa: E402
@@ -61,7 +62,6 @@ from litehit_service.optimizer.sampling.scale import (  # noqa: E402
 from litehit_service.optimizer.sampling.trace import (  # noqa: E402
     SampleOptions,
     load_sampled,
-    seed_trace,
 )
 from litehit_service.optimizer.tradeoff.points import at_capacity  # noqa: E402
 from litehit_service.optimizer.tradeoff.pool import ReplayTask, TradeoffPool  # noqa: E402
@@ -256,20 +256,21 @@ def spread(cfg, rates: list[float], seeds: int, workers: int) -> None:
     del whole
     for rate in rates:
         s = load_sampled(cfg, SampleOptions(rate, seeds), max_line_bytes=1 << 26)
-        traces = {f"s{k}": seed_trace(s, k) for k in range(seeds)}
-        units = []
-        for t in traces.values():
-            r = t.records
-            lines = np.arange(len(r.kinds))
-            keys, below = sampling_units(r.key_off, r.keys, s.trunk, lines)
-            units.append(len(np.unique(keys[below])) + int((~below).sum()))
-        tasks = [(k, ReplayTask(k, "lru", -1, inf)) for k in traces]
-        rates_k = [p.hit_rate * 100 for p in run_cells(tasks, traces, workers)]
-        sd = statistics.stdev(rates_k)
+        traces = {f"s{k}": seed_sample(s, k, cfg) for k in range(seeds)}
+        units = [t.n_units for t in traces.values()]
+        with TracePool(traces, workers=workers) as pool:
+            futs = [pool.submit(replay_point, SeedTask(k, "lru", -1, inf), k) for k in traces]
+            got = [f.result().estimate for f in futs]
+        plain = [p.hit_tokens / p.input_tokens * 100 for p in got]
+        fixed = [p.rate * 100 for p in got]
+        sd, sd_fixed = statistics.stdev(plain), statistics.stdev(fixed)
         u = statistics.mean(units)
-        print(f"  R={rate:g}: exact {exact * 100:.2f} %, {seeds} seeds mean "
-              f"{statistics.mean(rates_k):.2f} %, sd {sd:.2f} points; sampled units "
-              f"{u:,.0f} a seed; sd x sqrt(units) = {sd * u**0.5:.0f}", flush=True)  # fmt: skip
+        print(f"  R={rate:g}: exact {exact * 100:.2f} %, {seeds} seeds: uncorrected mean "
+              f"{statistics.mean(plain):.2f} % sd {sd:.2f} points, corrected mean "
+              f"{statistics.mean(fixed):.2f} % sd {sd_fixed:.2f} (mean one-seed se "
+              f"{statistics.mean(p.variance**0.5 for p in got) * 100:.2f}); sampled units "
+              f"{u:,.0f} a seed; uncorrected sd x sqrt(units) = {sd * u**0.5:.0f}",
+              flush=True)  # fmt: skip
 
 
 def cli_walls(folder: Path, trace: Path) -> None:

@@ -401,7 +401,7 @@ def add_sample_options(parser: Any) -> None:
         default=1,
         metavar="K",
         help="with --sample-rate, replay K independent samples (hash salts 0..K-1) in "
-        "parallel processes; the estimate combines them and its band is a 90% interval "
+        "parallel processes; the estimate combines them and its band is a 90%% interval "
         "(1 to 64; default 1)",
     )
 
