@@ -51,6 +51,7 @@ from litehit_service.optimizer.optimize.config import load_optimize_config  # no
 from litehit_service.optimizer.optimize.trace import load_trace  # noqa: E402
 from litehit_service.optimizer.sampling.estimate import (  # noqa: E402
     SeedTask,
+    combine,
     replay_point,
     seed_sample,
 )
@@ -187,9 +188,8 @@ def sampled_table(
         by_cell.setdefault((policy, share), []).append(p)
     out = {}
     for cell, ps in by_cell.items():
-        hits, inputs = tuple(p.hit_tokens for p in ps), tuple(p.input_tokens for p in ps)
-        out[cell] = Estimate(hits, inputs, tuple(p.rate for p in ps), tuple(p.variance for p in ps))
-        RAW[cell] = Estimate(hits, inputs)
+        out[cell] = combine(ps)
+        RAW[cell] = Estimate(out[cell].hits, out[cell].inputs)
     trunk = len(samples["plain"].trunk)
     print(f"  sample R={rate:g} K={seeds} theta={theta:g}{' plain' if plain else ''}: trunk "
           f"{trunk} blocks, read {read_s:.1f} s, {len(tasks)} replays {replay_s:.1f} s",

@@ -125,8 +125,11 @@ class ReuseSketch:
         """Count reads: their ``keys`` (int64, every read's, head first) with each key's
         instance ``insts``; ``read_inputs`` the reads' input tokens, ``read_insts`` their
         instances. O(len(keys))."""
-        np.add.at(self.read_blocks, insts, 1)
-        np.add.at(self.input_tokens, read_insts, read_inputs)
+        n = len(self.read_blocks)
+        self.read_blocks += np.bincount(insts, minlength=n)
+        self.input_tokens += np.bincount(read_insts, weights=read_inputs, minlength=n).astype(
+            np.int64
+        )  # exact: a batch's tokens stay far below 2**53
         for seed in range(self.seeds):
             mine = kept(keys, BLOCK_SALT + seed, self.rate)
             if not mine.any():

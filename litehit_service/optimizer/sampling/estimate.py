@@ -21,6 +21,7 @@ import numpy as np
 
 from litehit_core.policy_replay.loop import WRITE
 from litehit_core.sampled_estimate import Reuse, regression_estimate, sample_reuse
+from litehit_core.sampled_facts import Estimate
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.rows import InstanceRows
 from litehit_service.optimizer.optimize.run import OptimizeResult, run_optimize
@@ -33,6 +34,7 @@ __all__ = [
     "SeedPoint",
     "SeedSample",
     "SeedTask",
+    "combine",
     "replay_point",
     "seed_estimate",
     "seed_sample",
@@ -61,6 +63,17 @@ class SeedEstimate(NamedTuple):
     variance: float
     hit_tokens: int
     input_tokens: int
+
+
+def combine(seeds: Sequence[SeedEstimate]) -> Estimate:
+    """The :class:`~litehit_core.sampled_facts.Estimate` of K seeds' estimates (seed
+    order). O(K)."""
+    return Estimate(
+        tuple(s.hit_tokens for s in seeds),
+        tuple(s.input_tokens for s in seeds),
+        tuple(s.rate for s in seeds),
+        tuple(s.variance for s in seeds),
+    )
 
 
 def seed_sample(sampled: SampledTrace, seed: int, config: OptimizeConfig) -> SeedSample:

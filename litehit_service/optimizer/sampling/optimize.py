@@ -27,6 +27,7 @@ from litehit_service.optimizer.optimize.run import OptimizeResult, run_optimize
 from litehit_service.optimizer.sampling.estimate import (
     SeedSample,
     SeedTask,
+    combine,
     seed_estimate,
     seed_sample,
 )
@@ -73,27 +74,16 @@ class SampledOptimize:
     def cache_requests(self, index: int) -> float | None:
         """How many average reads instance ``index``'s scaled cache holds (the smallest
         over the seeds; None: infinite, or rate 1: nothing scaled)."""
-        if self.sampled.options.rate == 1:
-            return None
-        reads, blocks = int(self.sampled.reads[index]), int(self.sampled.reuse.read_blocks[index])
-        held = [cache_requests(r.instances[index].capacity_blocks, blocks, reads)
-                for r in self.results]  # fmt: skip
-        known = [h for h in held if h is not None]
-        return min(known) if len(known) == len(held) else None
+        caps = [(index, r.instances[index].capacity_blocks) for r in self.results]
+        return cache_requests(self.sampled, caps)
 
     def estimate(self, index: int, tier: int | None = None) -> Estimate:
         """Instance ``index``'s hit rate over the seeds (``tier``: the share of input
         tokens that tier served)."""
-        seeds = [
+        return combine([
             seed_estimate(sample, result, [index], tier)
             for sample, result in zip(self.samples, self.results, strict=True)
-        ]
-        return Estimate(
-            tuple(s.hit_tokens for s in seeds),
-            tuple(s.input_tokens for s in seeds),
-            tuple(s.rate for s in seeds),
-            tuple(s.variance for s in seeds),
-        )
+        ])  # fmt: skip
 
 
 def run_sampled(config: OptimizeConfig, sampled: SampledTrace, *, workers: int) -> SampledOptimize:

@@ -16,7 +16,7 @@ The estimate of a hit rate over the seeds and its 90 % band are
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -25,6 +25,7 @@ from litehit_core.sampled_facts import Estimate
 from litehit_core.sampling import MIN_CACHE_REQUESTS, scaled_bytes, scaled_count
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.trace import LoadedTrace
+from litehit_service.optimizer.sampling.trace import SampledTrace
 
 __all__ = [
     "Estimate",
@@ -89,13 +90,22 @@ def unscaled_bytes(sampled: int, trunk: int, rate: float) -> int:
     return t + math.floor((sampled - t) / rate)
 
 
-def cache_requests(capacity_blocks: int | None, read_blocks: int, reads: int) -> float | None:
-    """How many of an instance's average reads (``read_blocks / reads``, the whole
-    trace's) its scaled cache of ``capacity_blocks`` holds (None: infinite or no reads);
-    under :data:`~litehit_core.sampling.MIN_CACHE_REQUESTS` the estimate is coarse. O(1)."""
-    if capacity_blocks is None or reads <= 0 or read_blocks <= 0:
+def cache_requests(
+    sampled: SampledTrace, capacities: Iterable[tuple[int, int | None]]
+) -> float | None:
+    """The fewest of the whole trace's average reads that any scaled cache of
+    ``capacities`` ((instance index, capacity in its blocks; None = infinite) pairs)
+    holds; None at rate 1 (nothing scaled) or when none is finite. Under
+    :data:`~litehit_core.sampling.MIN_CACHE_REQUESTS` the estimate is coarse. O(pairs)."""
+    if sampled.options.rate == 1:
         return None
-    return capacity_blocks * reads / read_blocks
+    blocks, reads = sampled.reuse.read_blocks, sampled.reads
+    held = [
+        cap * int(reads[i]) / int(blocks[i])
+        for i, cap in capacities
+        if cap is not None and reads[i] > 0 and blocks[i] > 0
+    ]
+    return min(held) if held else None
 
 
 def coarse(requests: float | None) -> bool:

@@ -41,6 +41,7 @@ from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.sampling.estimate import (
     SeedPoint,
     SeedTask,
+    combine,
     replay_point,
     seed_sample,
 )
@@ -127,28 +128,13 @@ class SampledTradeoff:
 
 
 def _estimate(points: list[SeedPoint]) -> Estimate:
-    seeds = [p.estimate for p in points]
-    return Estimate(
-        tuple(s.hit_tokens for s in seeds),
-        tuple(s.input_tokens for s in seeds),
-        tuple(s.rate for s in seeds),
-        tuple(s.variance for s in seeds),
-    )
+    return combine([p.estimate for p in points])
 
 
 def _held(points: list[SeedPoint], sampled: SampledTrace) -> float | None:
-    """The fewest average requests any instance's scaled cache holds over the seeds (None
-    at rate 1: nothing is scaled)."""
-    if sampled.options.rate == 1:
-        return None
-    blocks = sampled.reuse.read_blocks
-    held = [
-        cache_requests(i.capacity_blocks, int(blocks[k]), int(sampled.reads[k]))
-        for p in points
-        for k, i in enumerate(p.point.instances)
-    ]
-    known = [h for h in held if h is not None]
-    return min(known) if known else None
+    """The fewest average requests any instance's scaled cache holds over the seeds."""
+    caps = [(k, i.capacity_blocks) for p in points for k, i in enumerate(p.point.instances)]
+    return cache_requests(sampled, caps)
 
 
 def _interpolate(points: list[tuple[int, Estimate]], target: float) -> int | None:
