@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import random
+import re
 import statistics
 from pathlib import Path
 
@@ -208,7 +209,7 @@ def test_small_scaled_caches_are_flagged_coarse(tmp_path, capsys):
 
     records = shared_root_records(300, seed=4, insts="a")
     mean_blocks = statistics.mean(len(r["keys"]) for r in records)
-    for quota, want in ((0.2, True), (100.0, False)):
+    for quota, want in ((0.2, True), (2.0, True), (100.0, False)):
         path = write_case(tmp_path, records, policy="lru", quota=quota, mode=3)
         assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--sample-rate", "0.3",
                      "--json"]) == 0  # fmt: skip
@@ -217,7 +218,11 @@ def test_small_scaled_caches_are_flagged_coarse(tmp_path, capsys):
         held = min(a["sampled_capacity_blocks"]) / mean_blocks
         assert a["scaled_cache_requests"] == pytest.approx(held)
         assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--sample-rate", "0.3"]) == 0
-        assert ("coarse: the scaled cache holds" in capsys.readouterr().out) is want
+        text = capsys.readouterr().out
+        assert ("coarse: the scaled cache holds" in text) is want
+        if want:  # the rate that would hold 200 requests: 0.3 x 200 / held
+            enough = re.search(r"--sample-rate (\S+) or more holds 200", text)
+            assert enough and float(enough[1]) == pytest.approx(min(1, 60 / held), rel=0.05)
         assert main(["optimize", str(path), "-o", str(tmp_path / "o"), "--sample-rate", "1",
                      "--json"]) == 0  # fmt: skip
         exact = json.loads(capsys.readouterr().out)["instances"][0]  # rate 1 scales nothing

@@ -131,9 +131,12 @@ def sampled_text(run: SampledOptimize) -> str:
         for tier, name in enumerate(r.tier_names):
             lines.append(f"  tier {tier} ({name}): served {run.estimate(index, tier).text()}")
         if coarse(held := run.cache_requests(index)):
+            assert held is not None
+            enough = min(1.0, s.options.rate * MIN_CACHE_REQUESTS / max(held, 1e-9))
             lines.append(
                 f"  coarse: the scaled cache holds ~{held:.3g} average requests (< "
-                f"{MIN_CACHE_REQUESTS}), so this estimate reads low; raise --sample-rate"
+                f"{MIN_CACHE_REQUESTS}), so this estimate reads low; --sample-rate "
+                f"{enough:.2g} or more holds {MIN_CACHE_REQUESTS}"
             )
     return "\n".join(lines)
 
