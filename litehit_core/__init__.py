@@ -1,9 +1,16 @@
+# ruff: noqa: E402  (the kernel cache's location is settled before any kernel module loads)
 """litehit_core: exact, capacity-independent prefix hit rates for an LRU of every capacity.
 
 Python, numpy and numba (the hybrid engine's kernels); no gRPC, Prometheus or I/O
 framework imports. Units are blocks and tokens;
 bytes appear only at the projection boundary (:mod:`litehit_core.projector`).
 """
+
+from litehit_core.kernel_cache import ensure_cache_location
+
+# before any module with a kernel is imported: numba decorates them at import and refuses
+# a cache=True kernel it has nowhere to cache (a read-only install, no writable home)
+ensure_cache_location()
 
 from litehit_core.accumulator import CurvePoint, HitCurveAccumulator
 from litehit_core.curve import MARK_PERCENTS, InstanceCurve, Mark
