@@ -106,7 +106,8 @@ class Reuse:
 class ReuseSketch:
     """The whole trace's read blocks per instance (exact) and, per seed, its distinct
     (instance, block) pairs among the blocks hash-sampled at ``rate`` (salt
-    ``BLOCK_SALT + seed``). Feed it every read's keys (:meth:`add`), in any order.
+    ``BLOCK_SALT + seed``). Feed it every read's keys (:meth:`add`), in any order; the
+    input tokens are the caller's (counted once, where the reads are counted).
     Memory ~ seeds x rate x distinct pairs x 16 bytes (deduplicated as it grows);
     O(keys) per :meth:`add`, amortised O(n log n) for the deduplication."""
 
@@ -115,21 +116,14 @@ class ReuseSketch:
         self.rate = rate
         self.seeds = seeds
         self.read_blocks = np.zeros(instances, dtype=np.int64)
-        self.input_tokens = np.zeros(instances, dtype=np.int64)
         self._parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(seeds)]
         self._held = [0] * seeds
         self._base = [0] * seeds
 
-    def add(self, keys: np.ndarray, insts: np.ndarray, read_inputs: np.ndarray,
-            read_insts: np.ndarray) -> None:  # fmt: skip
+    def add(self, keys: np.ndarray, insts: np.ndarray) -> None:
         """Count reads: their ``keys`` (int64, every read's, head first) with each key's
-        instance ``insts``; ``read_inputs`` the reads' input tokens, ``read_insts`` their
-        instances. O(len(keys))."""
-        n = len(self.read_blocks)
-        self.read_blocks += np.bincount(insts, minlength=n)
-        self.input_tokens += np.bincount(read_insts, weights=read_inputs, minlength=n).astype(
-            np.int64
-        )  # exact: a batch's tokens stay far below 2**53
+        instance ``insts``. O(len(keys))."""
+        self.read_blocks += np.bincount(insts, minlength=len(self.read_blocks))
         for seed in range(self.seeds):
             mine = kept(keys, BLOCK_SALT + seed, self.rate)
             if not mine.any():
@@ -150,9 +144,12 @@ class ReuseSketch:
         self._held[seed] = self._base[seed] = len(parts[0][0])
         return parts[0]
 
-    def reuse(self, seed: int, block_tokens: Sequence[int]) -> list[Reuse]:
+    def reuse(
+        self, seed: int, block_tokens: Sequence[int], input_tokens: Sequence[int]
+    ) -> list[Reuse]:
         """Per instance the estimated reuse (:class:`Reuse`) by seed ``seed``'s block
-        sample; ``block_tokens`` each instance's tokens per block. O(sampled pairs)."""
+        sample; ``block_tokens`` each instance's tokens per block, ``input_tokens`` its
+        reads' input tokens (exact). O(sampled pairs)."""
         _ids, insts = self._compact(seed)
         distinct = np.bincount(insts, minlength=len(self.read_blocks))
         r = self.rate
@@ -164,7 +161,7 @@ class ReuseSketch:
                 if r < 1
                 else float((int(self.read_blocks[i]) - d) * b)
             )
-            out.append(Reuse(tokens, d * (1 - r) * b * b / (r * r), int(self.input_tokens[i])))
+            out.append(Reuse(tokens, d * (1 - r) * b * b / (r * r), int(input_tokens[i])))
         return out
 
 

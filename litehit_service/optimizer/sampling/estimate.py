@@ -26,7 +26,7 @@ from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.rows import InstanceRows
 from litehit_service.optimizer.optimize.run import OptimizeResult, run_optimize
 from litehit_service.optimizer.optimize.trace import LoadedTrace
-from litehit_service.optimizer.sampling.trace import SampledTrace, seed_trace
+from litehit_service.optimizer.sampling.trace import SampledTrace, seed_mask, seed_trace
 from litehit_service.optimizer.tradeoff.points import Point, point_from_result
 
 __all__ = [
@@ -79,13 +79,13 @@ def combine(seeds: Sequence[SeedEstimate]) -> Estimate:
 def seed_sample(sampled: SampledTrace, seed: int, config: OptimizeConfig) -> SeedSample:
     """Seed ``seed``'s :class:`SeedSample` of ``sampled`` (read under ``config``).
     O(its keys log keys)."""
-    mine = ((sampled.bits >> np.uint64(seed)) & np.uint64(1)).astype(bool)
-    trace = seed_trace(sampled, seed)
+    mine = seed_mask(sampled, seed)
+    trace = seed_trace(sampled, seed, mine)
     _, units = np.unique(sampled.units[mine], return_inverse=True)
     r = trace.records
     tokens = np.array([i.block_size for i in config.instances], dtype=np.int64)
     reuse = sample_reuse(r.key_off, r.keys, r.insts, r.kinds != WRITE, tokens)
-    whole = sampled.reuse.reuse(seed, tokens.tolist())
+    whole = sampled.reuse.reuse(seed, tokens.tolist(), sampled.input_tokens.tolist())
     n_units = int(units.max()) + 1 if len(units) else 0
     return SeedSample(trace, units.astype(np.int64), n_units, reuse, tuple(whole),
                       sampled.options.rate)  # fmt: skip

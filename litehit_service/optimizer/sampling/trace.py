@@ -34,7 +34,14 @@ from litehit_service.optimizer.optimize.trace import (
     sorted_trace,
 )
 
-__all__ = ["MAX_SEEDS", "SampleOptions", "SampledTrace", "load_sampled", "seed_trace"]
+__all__ = [
+    "MAX_SEEDS",
+    "SampleOptions",
+    "SampledTrace",
+    "load_sampled",
+    "seed_mask",
+    "seed_trace",
+]
 
 MAX_SEEDS = 64
 """Seeds a run may ask for (one bit each per kept record)."""
@@ -123,9 +130,7 @@ def load_sampled(
         np.add.at(reads, batch.insts[is_read], 1)
         np.add.at(tokens, batch.insts[is_read], batch.inputs[is_read])
         on_read = np.repeat(is_read, batch.lens)
-        key_insts = np.repeat(batch.insts, batch.lens)
-        sketch.add(batch.keys[on_read], key_insts[on_read], batch.inputs[is_read],
-                   batch.insts[is_read])  # fmt: skip
+        sketch.add(batch.keys[on_read], np.repeat(batch.insts, batch.lens)[on_read])
         skeys = learner.learn(_offsets(batch.lens), batch.keys, batch.lines)
         bits = np.zeros(len(skeys), dtype=np.uint64)
         for seed in range(options.seeds):
@@ -163,10 +168,17 @@ def _take(trace: LoadedTrace, rows: np.ndarray) -> LoadedTrace:
     return replace(trace, records=records, input_lens=trace.input_lens[rows])
 
 
-def seed_trace(sampled: SampledTrace, seed: int) -> LoadedTrace:
-    """The records seed ``seed`` keeps, in replay order (the whole kept trace when every
-    seed keeps every record, as at rate 1). O(kept keys)."""
-    mine = ((sampled.bits >> np.uint64(seed)) & np.uint64(1)).astype(bool)
+def seed_mask(sampled: SampledTrace, seed: int) -> np.ndarray:
+    """Per kept record whether seed ``seed`` keeps it. O(kept records)."""
+    return ((sampled.bits >> np.uint64(seed)) & np.uint64(1)).astype(bool)
+
+
+def seed_trace(sampled: SampledTrace, seed: int, mine: np.ndarray | None = None) -> LoadedTrace:
+    """The records seed ``seed`` keeps (``mine``: its :func:`seed_mask`, if computed
+    already), in replay order (the whole kept trace when every seed keeps every record,
+    as at rate 1). O(kept keys)."""
+    if mine is None:
+        mine = seed_mask(sampled, seed)
     if mine.all():
         return sampled.kept
     return _take(sampled.kept, np.flatnonzero(mine))

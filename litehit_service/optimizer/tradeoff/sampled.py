@@ -107,11 +107,11 @@ class SampledCurve:
     planned: tuple[int, ...]
     points: tuple[tuple[int, Estimate], ...]
     marks: tuple[tuple[int, int | None], ...]
-    cache_requests: tuple[float | None, ...] = ()
+    cache_requests: tuple[float | None, ...]
 
     def coarse(self, index: int) -> bool:
         """Whether point ``index`` is coarse (class docstring)."""
-        return index < len(self.cache_requests) and coarse(self.cache_requests[index])
+        return coarse(self.cache_requests[index])
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +312,7 @@ def sampled_text(result: SampledTradeoff) -> str:
 
 def _point(cap: int, est: Estimate, c: SampledCurve | None = None, k: int = 0) -> dict:
     extra = {} if c is None else {
-        "scaled_cache_requests": c.cache_requests[k] if k < len(c.cache_requests) else None,
+        "scaled_cache_requests": c.cache_requests[k],
         "coarse": c.coarse(k),
     }  # fmt: skip
     return extra | {
