@@ -79,6 +79,26 @@ def compiled_kernels() -> None:
         load_kernels(name)
 
 
+@pytest.fixture(autouse=True)
+def environment_left_as_found() -> Iterator[None]:
+    """Every test leaves ``os.environ`` as it found it (deny by default: any variable, set,
+    changed or removed). A leaked variable changes every later test and every subprocess
+    they start: a ``NUMBA_CACHE_DIR`` left behind once sent the rest of the run's servers
+    to a cold kernel cache, and a memory test failed far from its cause."""
+    own = "PYTEST_CURRENT_TEST"  # pytest's own, rewritten at every phase
+    before = {k: v for k, v in os.environ.items() if k != own}
+    yield
+    after = {k: v for k, v in os.environ.items() if k != own}
+    if after != before:
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        for key in changed:
+            if key in before:
+                os.environ[key] = before[key]
+            else:
+                os.environ.pop(key, None)
+        pytest.fail(f"the test left environment variables changed: {changed}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip, on the compact engine, the tests a module lists in ``LITE_HIT_INTERNALS`` (they
     read :class:`~litehit_core.lite_hit.LiteHit`'s own layout), with the listed reason."""

@@ -68,7 +68,10 @@ def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     tmp_path; numba's config restored afterwards."""
     import numba.core.config
 
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    # set (to empty: "unset" for the code) so that monkeypatch restores the variable the
+    # code under test writes: a leaked NUMBA_CACHE_DIR would send every later subprocess
+    # of the run to a cold cache (compiling kernels, growing a server's RSS)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(unwritable(tmp_path, "cache")))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(numba.core.config, "CACHE_DIR", numba.core.config.CACHE_DIR)
