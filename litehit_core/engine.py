@@ -185,6 +185,24 @@ class EngineSpec:
             return resolution, self.full_bytes + self.linear_bytes, self.max_tracked_bytes
         return block_bytes, block_bytes, self.max_tracked_blocks * block_bytes
 
+    def chain_size(self, blocks: int) -> int:
+        """The capacity, in the model's unit, that ``blocks`` blocks of prefix chains
+        occupy: ``blocks`` for a model in blocks; for a model in bytes their full bytes F
+        each and a state's L every ``step_blocks`` blocks (rounded up: a chain's last
+        block keeps its state). O(1)."""
+        if self.description.unit != "bytes":
+            return blocks
+        states = -(-blocks // self.step_blocks) if self.step_blocks else 0
+        return blocks * self.full_bytes + states * self.linear_bytes
+
+    @property
+    def infinite_hits_are_reuse(self) -> bool:
+        """Whether a request's hits at infinite capacity are exactly its blocks read before
+        (prefix-chained keys, so a block read before has its whole prefix read before):
+        a model in blocks that never forgets (no TTL, no tracking limit). A hybrid hit
+        also needs a saved state, so it is not. O(1)."""
+        return self.description.unit == "blocks" and not self.ttl_ns and not self.max_tracked_blocks
+
     @property
     def max_tracked_bytes(self) -> int:
         """A hybrid engine's byte limit (0 = unlimited). O(1)."""

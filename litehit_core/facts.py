@@ -29,6 +29,16 @@ the whole request's. An exact ledger never has the comment line, so it is unchan
 reader that knows only the two exact headers refuses a sampled ledger instead of reading
 estimates as exact numbers. :mod:`litehit_core.sampled_facts` turns its curves into
 estimates of the whole trace's.
+
+A ledger sampled by *subtree* (head-first or hybrid instances: whole requests kept or
+dropped below a learned shared trunk, :mod:`litehit_core.sampling`) says so on its comment
+line (``#sample_rate=0.01,sample_seed=0,sample_unit=subtree``) and has the header
+:data:`FACTS_HEADER_SUBTREE`: the ``model`` column, ``sampled_blocks`` (the request's
+blocks if the sample kept it, else 0), ``trunk_size``, the instance's trunk so far in
+the curve's unit (blocks, or bytes for a hybrid curve; it only grows), and
+``reuse_blocks``, the instance's reused blocks so far estimated by a block sample (-1
+where a model's infinite hits are not its reuse); the instance's last row carries the
+final values.
 """
 
 from __future__ import annotations
@@ -59,39 +69,54 @@ FACTS_HEADER_SAMPLED = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,"
     "sampled_blocks,hit_curve"
 )
+FACTS_HEADER_SUBTREE = (
+    "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,model,"
+    "sampled_blocks,trunk_size,reuse_blocks,hit_curve"
+)
 FACTS_FILENAME = "litehit_facts.csv"
 SAMPLE_LINE_PREFIX = "#sample_rate="
+SAMPLE_UNITS = ("block", "subtree")
+"""What a sampled ledger's hash keeps: single blocks (SHARDS; tail-first LRU) or whole
+requests by their subtree below the trunk (every other model)."""
+_UNIT_SUFFIX = ",sample_unit=subtree"
 
 
 class LedgerSample(NamedTuple):
-    """A sampled ledger's sample: ``rate`` R in (0, 1) and the hash ``seed``."""
+    """A sampled ledger's sample: ``rate`` R in (0, 1), the hash ``seed`` and the sampling
+    ``unit`` (one of :data:`SAMPLE_UNITS`)."""
 
     rate: float
     seed: int
+    unit: str = "block"
 
 
 def sample_line(sample: LedgerSample) -> str:
     """The first line of a sampled ledger (no newline): ``#sample_rate=R,sample_seed=k``
-    (R as ``repr``, so it reads back exactly). O(1)."""
-    return f"{SAMPLE_LINE_PREFIX}{sample.rate!r},sample_seed={sample.seed}"
+    (R as ``repr``, so it reads back exactly), ``,sample_unit=subtree`` appended for a
+    sample by subtree. O(1)."""
+    suffix = _UNIT_SUFFIX if sample.unit == "subtree" else ""
+    return f"{SAMPLE_LINE_PREFIX}{sample.rate!r},sample_seed={sample.seed}{suffix}"
 
 
 def parse_sample_line(text: str) -> LedgerSample:
     """The sample of a :func:`sample_line` (trailing line ending allowed); ValueError with
     the reason otherwise. O(len)."""
     body = text.rstrip("\r\n")
-    parts = body.removeprefix(SAMPLE_LINE_PREFIX).split(",sample_seed=")
+    unit = "subtree" if body.endswith(_UNIT_SUFFIX) else "block"
+    parts = body.removesuffix(_UNIT_SUFFIX).removeprefix(SAMPLE_LINE_PREFIX)
+    parts = parts.split(",sample_seed=")
     try:
         if not body.startswith(SAMPLE_LINE_PREFIX) or len(parts) != 2:
             raise ValueError
         rate, seed = float(parts[0]), int(parts[1])
     except ValueError:
         raise ValueError(
-            f"a comment line must be {SAMPLE_LINE_PREFIX}R,sample_seed=K, got {body!r}"
+            f"a comment line must be {SAMPLE_LINE_PREFIX}R,sample_seed=K (optionally "
+            f"followed by {_UNIT_SUFFIX}), got {body!r}"
         ) from None
     if not (0 < rate < 1) or seed < 0:
         raise ValueError(f"sample_rate must be in (0, 1) and sample_seed >= 0, got {body!r}")
-    return LedgerSample(rate, seed)
+    return LedgerSample(rate, seed, unit)
 
 
 def ledger_sample(path: str | os.PathLike[str]) -> LedgerSample | None:
@@ -122,6 +147,10 @@ class FactRow(NamedTuple):
     model: str = DEFAULT_MODEL
     sampled_blocks: int = -1
     """Blocks of the request a sampled ledger's sample kept (-1: an exact ledger)."""
+    trunk_size: int = 0
+    """A ledger sampled by subtree: the instance's trunk so far, in the curve's unit."""
+    reuse_blocks: int = -1
+    """... and its reused blocks so far, estimated (-1: none)."""
 
 
 def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
@@ -157,7 +186,7 @@ class FactLineFormat:
         self._head = f",{csv_field(instance_id)},"
         column = f"{model}," if model is not None else ""
         self._tail = f',{block_size_tokens},{block_bytes},{column}"'
-        self._mid = f",{block_size_tokens},{block_bytes},"
+        self._mid = f",{block_size_tokens},{block_bytes},{column}"
 
     def line(
         self,
@@ -181,14 +210,18 @@ class FactLineFormat:
         input_token_len: int,
         sampled_blocks: int,
         hit_curve: Sequence[tuple[int, int]],
+        sizes: tuple[int, int] | None = None,
     ) -> str:
         """One line of a :data:`FACTS_HEADER_SAMPLED` ledger (the formatter made without a
-        model), trailing newline included. O(segments)."""
+        model, ``sizes`` None) or of a :data:`FACTS_HEADER_SUBTREE` one (made with the
+        model; ``sizes``: ``trunk_size`` and ``reuse_blocks``), trailing newline
+        included. O(segments)."""
         if not trace_id.isalnum():
             trace_id = csv_field(trace_id)
+        trunk = f"{sizes[0]},{sizes[1]}," if sizes is not None else ""
         return (
             f"{trace_id}{self._head}{timestamp_ns},{input_token_len}{self._mid}"
-            f'{sampled_blocks},"{format_hit_curve(hit_curve)}"\n'
+            f'{sampled_blocks},{trunk}"{format_hit_curve(hit_curve)}"\n'
         )
 
 
@@ -219,8 +252,9 @@ class FactsWriter:
     ) -> None:
         """``with_model``: write :data:`FACTS_HEADER_MODELS` and the ``model`` column (needed
         as soon as one row is of another model than ``lru``). ``sample``: a sampled ledger
-        (module docstring): its :func:`sample_line`, then :data:`FACTS_HEADER_SAMPLED`
-        (rows by :meth:`FactLineFormat.sampled_line`; not with ``with_model``)."""
+        (module docstring): its :func:`sample_line`, then :data:`FACTS_HEADER_SAMPLED`, or
+        :data:`FACTS_HEADER_SUBTREE` for a sample by subtree (rows by
+        :meth:`FactLineFormat.sampled_line`; not with ``with_model``)."""
         if sample is not None and with_model:
             raise ValueError("a sampled ledger has no model column")
         self.sample = sample
@@ -240,7 +274,8 @@ class FactsWriter:
         remove_stale_temps(self.path)
         self._fh = open(self.tmp_path, "w", encoding="utf-8", newline="")
         if self.sample is not None:
-            self._fh.write(sample_line(self.sample) + "\n" + FACTS_HEADER_SAMPLED + "\n")
+            header = FACTS_HEADER_SUBTREE if self.sample.unit == "subtree" else FACTS_HEADER_SAMPLED
+            self._fh.write(sample_line(self.sample) + "\n" + header + "\n")
         else:
             self._fh.write((FACTS_HEADER_MODELS if self.with_model else FACTS_HEADER) + "\n")
         return self
@@ -407,9 +442,10 @@ def read_facts(
         lines: Iterator[str] = chain.from_iterable(chunks)
         first = next(lines, None)
         skip = 0  # the comment line of a sampled ledger: csv's line numbers are one short
+        subtree = False
         if first is not None and first.startswith("#"):
             try:
-                parse_sample_line(first)
+                subtree = parse_sample_line(first).unit == "subtree"
             except ValueError as exc:
                 raise LocatedError(name, 1, str(exc)) from None
             skip = 1
@@ -419,21 +455,23 @@ def read_facts(
         try:
             header = next(reader, None)
             joined = ",".join(header or [])
-            wanted = (FACTS_HEADER_SAMPLED,) if skip else (FACTS_HEADER, FACTS_HEADER_MODELS)
+            sampled_header = FACTS_HEADER_SUBTREE if subtree else FACTS_HEADER_SAMPLED
+            wanted = (sampled_header,) if skip else (FACTS_HEADER, FACTS_HEADER_MODELS)
             if header is None or joined not in wanted:
                 raise LocatedError(
                     name,
                     1 + skip,
                     (
-                        f"after the sample line the header must be {FACTS_HEADER_SAMPLED!r}"
+                        f"after the sample line the header must be {sampled_header!r}"
                         if skip
                         else f"header must be {FACTS_HEADER!r} (or with a model column: "
                         f"{FACTS_HEADER_MODELS!r})"
                     )
                     + f", got {joined!r}",
                 )
-            width = 8 if joined != FACTS_HEADER else 7
-            with_model = joined == FACTS_HEADER_MODELS
+            width = {FACTS_HEADER: 7, FACTS_HEADER_SUBTREE: 11}.get(joined, 8)
+            with_model = joined in (FACTS_HEADER_MODELS, FACTS_HEADER_SUBTREE)
+            at = 7 if subtree else 6  # sampled_blocks
             # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
             curves: dict[tuple[str, str], tuple[tuple, int]] = {}
             for rec in reader:
@@ -444,7 +482,7 @@ def read_facts(
                         name, reader.line_num + skip, f"expected {width} fields, got {len(rec)}"
                     )
                 model = rec[6] if with_model else DEFAULT_MODEL
-                sampled = -1
+                sampled, trunk, reuse = -1, 0, -1
                 text = rec[-1]
                 try:
                     digits = rec[2] + rec[3] + rec[4] + rec[5]
@@ -452,11 +490,10 @@ def read_facts(
                         raise ValueError("not digits")
                     ts, tokens, bs, bb = int(rec[2]), int(rec[3]), int(rec[4]), int(rec[5])
                     if skip:
-                        if not (rec[6].isascii() and rec[6].isdigit()):
-                            raise ValueError(
-                                f"sampled_blocks must be a non-negative integer, got {rec[6]!r}"
-                            )
-                        sampled = int(rec[6])
+                        sampled = _count(rec[at], "sampled_blocks")
+                        if subtree:
+                            trunk = _count(rec[8], "trunk_size")
+                            reuse = _count(rec[9], "reuse_blocks", unknown=True)
                     parsed = curves.get((model, text))
                     if parsed is None:
                         parsed = _parse_curve(model, text)
@@ -498,9 +535,22 @@ def read_facts(
                     hit_curve=curve,
                     model=model,
                     sampled_blocks=sampled,
+                    trunk_size=trunk,
+                    reuse_blocks=reuse,
                 )
         except csv.Error as exc:  # e.g. a quoted field over the csv module's field limit
             raise LocatedError(name, reader.line_num + skip, f"malformed CSV: {exc}") from None
+
+
+def _count(text: str, name: str, unknown: bool = False) -> int:
+    """A sampled ledger's count column: a non-negative integer (or -1 for ``unknown``),
+    else ValueError naming it."""
+    if unknown and text == "-1":
+        return -1
+    if not (text.isascii() and text.isdigit()):
+        what = "-1 or a non-negative integer" if unknown else "a non-negative integer"
+        raise ValueError(f"{name} must be {what}, got {text!r}")
+    return int(text)
 
 
 def _parse_curve(model: str, text: str) -> tuple[tuple, int]:

@@ -42,6 +42,7 @@ __all__ = [
     "BLOCK_SALT",
     "Reuse",
     "ReuseSketch",
+    "RunningReuse",
     "Z90",
     "pair_ids",
     "regression_estimate",
@@ -163,6 +164,57 @@ class ReuseSketch:
             )
             out.append(Reuse(tokens, d * (1 - r) * b * b / (r * r), int(input_tokens[i])))
         return out
+
+
+class RunningReuse:
+    """One instance's reused blocks (module docstring) estimated *so far* by one seed's
+    block sample (salt ``BLOCK_SALT + seed``), for a sample that writes the estimate as
+    it goes (``litehit replay --sample-rate`` by subtree): :meth:`add` every read's keys
+    in order, :attr:`blocks` is ``N - D / R`` at any time. The distinct sampled keys are
+    kept as a few disjoint sorted runs (sizes halving, merged like a binary counter), so
+    an add costs O(k log² D) for k keys and D distinct sampled keys so far, merges
+    O(D log D) amortised; memory 8 bytes per distinct sampled key."""
+
+    __slots__ = ("rate", "seed", "read_blocks", "distinct", "_runs")
+
+    def __init__(self, rate: float, seed: int) -> None:
+        kept(np.zeros(0, np.int64), 0, rate)  # checks the rate
+        self.rate = rate
+        self.seed = seed
+        self.read_blocks = 0
+        self.distinct = 0
+        self._runs: list[np.ndarray] = []
+
+    def add(self, keys: np.ndarray) -> None:
+        """Count reads' ``keys`` (int64, normalised). O(k log² D)."""
+        self.read_blocks += len(keys)
+        fresh = np.unique(keys[kept(keys, BLOCK_SALT + self.seed, self.rate)])
+        for run in self._runs:
+            if not len(fresh):
+                return
+            at = np.minimum(np.searchsorted(run, fresh), len(run) - 1)
+            fresh = fresh[run[at] != fresh]
+        if not len(fresh):
+            return
+        self.distinct += len(fresh)
+        runs = self._runs
+        runs.append(fresh)
+        while len(runs) > 1 and len(runs[-2]) <= 2 * len(runs[-1]):
+            last = runs.pop()
+            runs[-1] = np.sort(np.concatenate((runs[-1], last)))  # disjoint: no duplicates
+
+    @property
+    def blocks(self) -> float:
+        """The estimate ``N - D / R`` (exactly ``N - D`` at rate 1). O(1)."""
+        return self.read_blocks - self.distinct / self.rate
+
+    def _check(self) -> None:
+        """Runs sorted, disjoint, summing to :attr:`distinct`."""
+        assert sum(len(r) for r in self._runs) == self.distinct
+        if self._runs:
+            every = np.concatenate(self._runs)
+            assert len(np.unique(every)) == len(every)
+            assert all(bool((r[1:] > r[:-1]).all()) for r in self._runs)
 
 
 def sample_reuse(

@@ -23,6 +23,24 @@ becomes ``(round(c / R), round((h + R N - n) / R))`` (clamped at 0, non-decreasi
 in between, so every reader of curves (table, CSV, plot, marks, projections at slots)
 reads estimates in the whole trace's units through the curve's own projection, with no
 capacity seen anywhere else. O(breakpoints).
+
+A ledger sampled by *subtree* (head-first or hybrid instances, where a prefix hit is not
+a block's own distance) kept or dropped whole requests by their first block below the
+instance's shared trunk (:mod:`litehit_core.sampling`): the trunk, ``T`` in the curve's
+unit, is replayed by every kept request at full weight, the rest at rate ``R``. So a
+sample capacity ``c`` stands for ``c`` up to ``T`` and for ``T + (c - T) / R`` above
+(the inverse of :func:`~litehit_core.sampling.scaled_bytes`, as ``optimize
+--sample-rate`` scales quotas), and the whole trace's hit blocks are the sample's times
+``N / n`` (the ratio estimator: the hit rate per kept block is the estimate):
+:func:`subtree_curve`. Where a model's infinite hits are a request's reused blocks (full
+attention without TTL or tracking limit), the ledger also carries the whole trace's
+reused blocks ``Ẑ`` estimated by a block sample, and each capacity's ratio is corrected
+by it as ``optimize --sample-rate`` corrects a point (:mod:`litehit_core.
+sampled_estimate`): ``ĥ(c) = h(c)/n + β(c) (Ẑ/N - z/n)``, ``z`` the sample's reuse (its
+infinite hits) and ``β(c)`` the least-squares slope of the kept rows' residuals ``h_r(c) -
+ĥ x_r`` on ``z_r - (z/n) x_r``, from two curves weighted per row by ``z_r`` and ``x_r``
+(:class:`SubtreeControl`), so one pass over the ledger gives every capacity's slope. At
+infinite capacity β = 1 and the estimate is ``Ẑ/N``.
 """
 
 from __future__ import annotations
@@ -35,27 +53,113 @@ import numpy as np
 
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import InstanceCurve
+from litehit_core.engine import FACT_MODELS
 from litehit_core.facts import FactRow
 from litehit_core.sampled_estimate import Z90, t90
 
-__all__ = ["Estimate", "SampleCounts", "count_rows", "estimated_curve"]
+__all__ = [
+    "Estimate",
+    "SampleCounts",
+    "SubtreeControl",
+    "count_rows",
+    "estimated_curve",
+    "subtree_curve",
+]
+
+
+class SubtreeControl:
+    """One instance's sums for the reuse correction of a ledger sampled by subtree
+    (module docstring): over its kept rows ``r`` (blocks ``x_r``, infinite hits ``z_r``)
+    the curves ``Σ z_r h_r(c)`` (``wz``) and ``Σ x_r h_r(c)`` (``wx``), ``Σ x_r z_r``,
+    ``Σ x_r²``, ``Σ z_r²`` and ``z = Σ z_r``; ``reuse`` is the whole trace's estimated
+    reused blocks (the instance's last row's ``reuse_blocks``). O(segments) per row."""
+
+    __slots__ = ("wz", "wx", "sxz", "sxx", "szz", "z", "reuse", "_steps")
+
+    def __init__(self, steps: bool) -> None:
+        self.wz = HitCurveAccumulator()
+        self.wx = HitCurveAccumulator()
+        self.sxz = self.sxx = self.szz = self.z = 0
+        self.reuse = -1
+        self._steps = steps
+
+    def add(self, row: FactRow) -> None:
+        """Count one row (the instance's next)."""
+        self.reuse = row.reuse_blocks
+        x = row.sampled_blocks
+        if x <= 0:
+            return
+        curve = row.hit_curve
+        if self._steps:
+            z = curve[-1][1] if curve else 0
+        else:
+            z = sum(r for _, r in curve)
+        self.sxx += x * x
+        if not z:
+            return
+        self.sxz += x * z
+        self.szz += z * z
+        self.z += z
+        if self._steps:
+            self.wz.add_steps(curve, z)
+            self.wx.add_steps(curve, x)
+        else:
+            self.wz.add_curve(curve, z)  # type: ignore[arg-type]
+            self.wx.add_curve(curve, x)  # type: ignore[arg-type]
+
+    def estimate(self, cx: np.ndarray, ch: np.ndarray, kept: int, blocks: int) -> np.ndarray:
+        """The hit rate per block at capacities ``cx`` (the sample's curve ``ch`` there),
+        corrected (module docstring); the plain ratio without a reuse estimate. O(B)."""
+        rh = ch / kept
+        if self.reuse < 0 or not blocks or not kept:
+            return rh
+        rz = self.z / kept
+        wz = self.wz.hits_at_many(cx).astype(np.float64)
+        wx = self.wx.hits_at_many(cx).astype(np.float64)
+        num = wz - rz * wx - rh * self.sxz + rh * rz * self.sxx
+        den = self.szz - 2 * rz * self.sxz + rz * rz * self.sxx
+        beta = num / den if den > 0 else np.zeros_like(rh)
+        return rh + beta * (self.reuse / blocks - rz)
 
 
 class SampleCounts:
     """Per instance the blocks of its requests (``blocks``, N) and the blocks the sample
     kept (``kept``, n), summed over a sampled ledger's rows. O(1) per row."""
 
-    __slots__ = ("blocks", "kept")
+    __slots__ = ("blocks", "kept", "trunk", "controls")
 
     def __init__(self) -> None:
         self.blocks: dict[str, int] = {}
         self.kept: dict[str, int] = {}
+        self.trunk: dict[str, int] = {}
+        """A ledger sampled by subtree: the largest ``trunk_size`` (the trunk only grows)."""
+        self.controls: dict[str, SubtreeControl] = {}
+        """... and the sums of its reuse correction."""
 
     def add(self, row: FactRow) -> None:
         """Count one row (of a sampled ledger: ``sampled_blocks >= 0``)."""
         iid = row.instance_id
         self.blocks[iid] = self.blocks.get(iid, 0) + row.input_token_len // row.block_size_tokens
         self.kept[iid] = self.kept.get(iid, 0) + max(row.sampled_blocks, 0)
+        if row.trunk_size > self.trunk.get(iid, 0):
+            self.trunk[iid] = row.trunk_size
+        if row.reuse_blocks >= 0 or iid in self.controls:
+            control = self.controls.get(iid)
+            if control is None:
+                steps = FACT_MODELS[row.model].curve == "steps"
+                control = self.controls[iid] = SubtreeControl(steps)
+            control.add(row)
+
+    def curve(self, sample: InstanceCurve, rate: float, unit: str) -> InstanceCurve:
+        """The whole trace's estimated curve of ``sample`` (one instance's curve of the
+        ledger these rows were counted from) sampled at ``rate`` by ``unit`` (``"block"``:
+        :func:`estimated_curve`, ``"subtree"``: :func:`subtree_curve`). O(B)."""
+        iid = sample.instance_id
+        blocks, kept = self.blocks[iid], self.kept[iid]
+        if unit == "subtree":
+            trunk = self.trunk.get(iid, 0)
+            return subtree_curve(sample, rate, blocks, kept, trunk, self.controls.get(iid))
+        return estimated_curve(sample, rate, blocks, kept)
 
 
 def count_rows(rows: Iterable[FactRow], counts: SampleCounts) -> Iterable[FactRow]:
@@ -87,8 +191,49 @@ def estimated_curve(sample: InstanceCurve, rate: float, blocks: int, kept: int) 
     hits = np.maximum((ch + adj) / rate, 0.0)
     hits[0] = 0.0
     hits = np.maximum.accumulate(np.rint(hits)).astype(np.int64)
-    caps = np.rint(cx / rate).astype(np.int64)
-    caps[1:] = np.maximum(caps[1:], caps[:-1] + 1)  # strictly increasing, whatever R
+    return _whole_trace(sample, np.rint(cx / rate).astype(np.int64), hits)
+
+
+def subtree_curve(
+    sample: InstanceCurve,
+    rate: float,
+    blocks: int,
+    kept: int,
+    trunk: int,
+    control: SubtreeControl | None = None,
+) -> InstanceCurve:
+    """The whole trace's estimated curve (module docstring) from the exact curve
+    ``sample`` of a sample by subtree at ``rate`` (0 < R <= 1; any model, capacities in
+    its unit), the requests' ``blocks`` N, the ``kept`` requests' blocks n and the
+    ``trunk`` T (the curve's unit): each breakpoint ``(c, h)`` becomes ``(c, N ĥ(c))`` up
+    to T and ``(T + (c - T) / R, N ĥ(c))`` above, ``ĥ`` the ratio ``h / n`` or, with a
+    ``control`` holding a reuse estimate, the corrected one; hits rounded, clamped to
+    [0, N] and made non-decreasing, capacities strictly increasing. No kept block: the
+    zero curve. O(B)."""
+    if not (0 < rate <= 1):
+        raise ValueError(f"sample rate must be in (0, 1], got {rate!r}")
+    if trunk < 0:
+        raise ValueError(f"trunk size must be >= 0, got {trunk!r}")
+    cx, ch = sample.accumulator.points()
+    if not kept:
+        per_block = np.zeros(len(cx))
+    elif control is None:
+        per_block = ch / kept
+    else:
+        per_block = control.estimate(cx, ch.astype(np.float64), kept, blocks)
+    hits = np.rint(np.clip(per_block, 0.0, 1.0) * blocks)
+    hits[0] = 0.0
+    hits = np.maximum.accumulate(hits).astype(np.int64)
+    fx = cx.astype(np.float64)
+    caps = np.where(fx <= trunk, fx, trunk + (fx - trunk) / rate)
+    return _whole_trace(sample, np.rint(caps).astype(np.int64), hits)
+
+
+def _whole_trace(sample: InstanceCurve, caps: np.ndarray, hits: np.ndarray) -> InstanceCurve:
+    """``sample``'s instance with the curve through ``(caps, hits)`` (``(0, 0)`` first;
+    capacities made strictly increasing), its requests and input tokens kept. O(B)."""
+    idx = np.arange(len(caps), dtype=np.int64)
+    caps = np.maximum.accumulate(caps - idx) + idx  # strictly increasing, whatever R
     out = InstanceCurve(
         sample.instance_id,
         sample.block_size_tokens,

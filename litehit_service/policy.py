@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from litehit_core.facts import SAMPLE_UNITS
 from litehit_core.model import TOUCH_ORDERS
 from litehit_service.errors import InvalidArgument
 
@@ -70,7 +71,9 @@ class QueryPolicy:
     touch orders a group may use (rule 10). ``sample_rate``/``sample_seed``: an offline
     sampled replay (issue 37) keeps only the normalised keys
     :func:`litehit_core.sampling.kept` keeps (rate 1: every key), the token denominator
-    unchanged.
+    unchanged; ``sample_unit`` ``"block"`` hashes each key, ``"subtree"`` keeps or drops
+    whole requests by their first key below the instance's learned trunk (a batch is one
+    window of :class:`~litehit_core.sampling.TrunkLearner`).
     """
 
     max_block_keys: int = DEFAULT_MAX_BLOCK_KEYS
@@ -81,6 +84,7 @@ class QueryPolicy:
     touch_orders: tuple[str, ...] = ("tail-first",)
     sample_rate: float = 1.0
     sample_seed: int = 0
+    sample_unit: str = "block"
 
     def __post_init__(self) -> None:
         if not (0 < self.sample_rate <= 1) or self.sample_seed < 0:
@@ -88,6 +92,8 @@ class QueryPolicy:
                 f"sample_rate must be in (0, 1] and sample_seed >= 0, got {self.sample_rate!r} "
                 f"and {self.sample_seed!r}"
             )
+        if self.sample_unit not in SAMPLE_UNITS:
+            raise ValueError(f"sample_unit must be one of {SAMPLE_UNITS}, got {self.sample_unit!r}")
         if self.max_block_keys <= 0:
             raise ValueError(f"max_block_keys must be > 0, got {self.max_block_keys}")
         if self.trace_block_size_tokens < 0:
@@ -119,14 +125,19 @@ class QueryPolicy:
 
     @classmethod
     def offline(
-        cls, trace_block_size_tokens: int = 0, sample_rate: float = 1.0, sample_seed: int = 0
+        cls,
+        trace_block_size_tokens: int = 0,
+        sample_rate: float = 1.0,
+        sample_seed: int = 0,
+        sample_unit: str = "block",
     ) -> QueryPolicy:
         """The replay's policy: trace timestamps as given, any key count, rejected
         backwards timestamps, keys coarsened from ``trace_block_size_tokens``, sampled at
-        ``sample_rate`` with ``sample_seed`` (1: every key)."""
+        ``sample_rate`` with ``sample_seed`` by ``sample_unit`` (rate 1: every key)."""
         return cls(
             sample_rate=sample_rate,
             sample_seed=sample_seed,
+            sample_unit=sample_unit,
             max_block_keys=sys.maxsize,
             trace_block_size_tokens=trace_block_size_tokens,
             clock_ns=None,

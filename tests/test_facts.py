@@ -51,7 +51,13 @@ def test_header_constant() -> None:
     assert FACTS_HEADER == (
         "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,hit_curve"
     )
-    assert FactRow._fields == (*FACTS_HEADER.split(","), "model", "sampled_blocks")
+    assert FactRow._fields == (
+        *FACTS_HEADER.split(","),
+        "model",
+        "sampled_blocks",
+        "trunk_size",
+        "reuse_blocks",
+    )
     assert FACTS_HEADER_MODELS == FACTS_HEADER.replace(",hit_curve", ",model,hit_curve")
 
 

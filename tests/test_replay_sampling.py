@@ -25,7 +25,7 @@ from litehit_service.litehit.curve import ledger_curves
 from litehit_service.litehit.replay import (
     run_replay,
     sample_dir,
-    sampling_refusal,
+    sampling_unit,
     with_output_dir,
 )
 
@@ -196,7 +196,7 @@ def test_infinite_capacity_estimate_is_unbiased_over_many_seeds(tmp_path: Path) 
     want = exact.instance_summaries[0].max_hit_rate
     summary = run_replay(config, progress=False, sample_rate=0.5, sample_seeds=64)
     assert summary.sampled is not None
-    per_seed = np.array(summary.sampled.estimate("i", -1).per_seed)
+    per_seed = np.array(summary.sampled.estimate("i", None).per_seed)
     assert per_seed.std() > 0
     se = per_seed.std(ddof=1) / np.sqrt(len(per_seed))
     assert abs(per_seed.mean() - want) <= 3 * se, (per_seed.mean(), want, se)
@@ -294,8 +294,6 @@ def test_every_output_of_a_sampled_ledger_says_estimate(big: dict[str, Any]) -> 
 @pytest.mark.parametrize(
     ("args", "group", "words"),
     [
-        (["--sample-rate", "0.1"], {"touch_order": "head-first"},
-         ["'head-first'", "tradeoff --sample-rate"]),
         (["--sample-seeds", "2"], {}, ["--sample-seeds 2 needs --sample-rate below 1"]),
         (["--sample-rate", "0.1", "--executor", "ray"], {}, ["not with --executor ray"]),
         (["--sample-rate", "0"], {}, ["must be a number in (0, 1]"]),
@@ -304,9 +302,8 @@ def test_every_output_of_a_sampled_ledger_says_estimate(big: dict[str, Any]) -> 
 def test_refusals_exit_2_naming_why(
     tmp_path: Path, args: list[str], group: dict[str, Any], words: list[str]
 ) -> None:
-    # Bugs caught: the refusal skipped (a head-first group sampled per block: the prefix
-    # hit is not the own distance there; it crashed with exit 1), --sample-seeds ignored
-    # without a rate.
+    # Bugs caught: --sample-seeds ignored without a rate, a sampled replay handed to Ray
+    # lanes (which do not sample), a rate of 0 accepted.
     config = write_setup(tmp_path, shared_trace(5, 20), **group)
     proc = run_cli("replay", str(config), "--quiet", *args)
     assert proc.returncode == 2, proc.stderr
@@ -315,9 +312,10 @@ def test_refusals_exit_2_naming_why(
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.csv"))
 
 
-def test_hybrid_instances_are_refused(tmp_path: Path) -> None:
-    # Bug caught: a hybrid (staircase) instance sampled as if full attention.
-    config = load_config(str(write_setup(tmp_path, shared_trace(5, 5))))
-    reason = sampling_refusal(config, {"i": "hybrid"})
-    assert reason is not None and "'hybrid'" in reason and "tradeoff --sample-rate" in reason
-    assert sampling_refusal(config, {"i": "lru"}) is None
+def test_the_sampling_unit_is_the_block_only_where_that_is_exact() -> None:
+    # Bug caught: a head-first or hybrid instance sampled per block (its prefix hit is not
+    # the block's own distance: the curve would be biased), or a tail-first-only replay
+    # sampled by subtree (exact in expectation lost for nothing).
+    assert sampling_unit({"i": "lru", "j": "lru"}) == "block"
+    assert sampling_unit({"i": "lru", "j": "lru-head-first"}) == "subtree"
+    assert sampling_unit({"i": "hybrid"}) == "subtree"

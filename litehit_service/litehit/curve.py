@@ -34,7 +34,7 @@ from litehit_core import FACTS_FILENAME, FactRow, InvalidRequestError, LocatedEr
 from litehit_core.curve import GIB, InstanceCurve
 from litehit_core.facts import LedgerSample, ledger_sample, sample_line
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
-from litehit_core.sampled_facts import SampleCounts, count_rows, estimated_curve
+from litehit_core.sampled_facts import SampleCounts, count_rows
 from litehit_service.litehit.plot import curve_title, plot_curves, plot_format
 from litehit_service.offline.outputs import atomic_outputs, progress, run_line, tmp_path
 
@@ -139,15 +139,13 @@ def ledger_curves(
         return None, build_curves(rows, instance_id)
     counts = SampleCounts()
     curves = build_curves(count_rows(rows, counts), instance_id)
-    return sample, [
-        estimated_curve(c, sample.rate, counts.blocks[c.instance_id], counts.kept[c.instance_id])
-        for c in curves
-    ]
+    return sample, [counts.curve(c, sample.rate, sample.unit) for c in curves]
 
 
 def sample_label(sample: LedgerSample) -> str:
     """``≈ estimates from a sample: R = 0.01, seed 0`` (every sampled output says it)."""
-    return f"≈ estimates from a sample: R = {sample.rate:g}, seed {sample.seed}"
+    by = ", by subtree" if sample.unit == "subtree" else ""
+    return f"≈ estimates from a sample: R = {sample.rate:g}, seed {sample.seed}{by}"
 
 
 # ---------------------------------------------------------------- text table

@@ -66,12 +66,13 @@ def sampled_summaries(
 ) -> list[dict[str, Any]]:
     """The summaries of a sampled ledger's estimated ``curves`` at ``capacity_gb`` (-1 =
     infinite): per instance then the total, as :meth:`~litehit_core.FactsQuery.summaries`
-    shapes them (without ``total_hit_blocks``) plus ``estimate: true``, ``sample_rate`` and
-    ``sample_seed``; hit tokens are the estimates, rounded; the total sums them.
+    shapes them (without ``total_hit_blocks``) plus ``estimate: true``, ``sample_rate``,
+    ``sample_seed`` and ``sample_unit`` (``block`` or ``subtree``); hit tokens are the
+    estimates, rounded; the total sums them.
     O(instances x slots x log B)."""
     slot_bytes = [capacity_slot_bytes(gb, f"capacity_gb[{i}]") for i, gb in enumerate(capacity_gb)]
     head = {"summary": True, "estimate": True, "sample_rate": sample.rate,
-            "sample_seed": sample.seed}  # fmt: skip
+            "sample_seed": sample.seed, "sample_unit": sample.unit}  # fmt: skip
     out: list[dict[str, Any]] = []
     requests = tokens = 0
     totals = [0] * len(slot_bytes)

@@ -34,11 +34,13 @@ chained twice.
 A sampled replay (``sample_rate`` R < 1, issue 37) reads the trace once for K seeds: one
 manager per seed whose policy keeps only the normalised keys its hash keeps
 (:func:`litehit_service.manager.preparation.sampled_keys`, one vectorised pass per batch
-through ``record_batch`` whatever the engine), one sampled ledger per seed
-(:data:`~litehit_core.facts.FACTS_HEADER_SAMPLED`: every request keeps its row and its
-whole ``input_token_len``); the summary's estimates are read back from those ledgers
-(:class:`~litehit_service.litehit.summary.SampledEstimates`). Only tail-first LRU: see
-:func:`sampling_refusal`.
+through ``record_batch`` whatever the engine), one sampled ledger per seed (every request
+keeps its row and its whole ``input_token_len``); the summary's estimates are read back
+from those ledgers (:class:`~litehit_service.litehit.summary.SampledEstimates`). The unit
+is :func:`sampling_unit`'s: single blocks when every instance is tail-first LRU
+(:data:`~litehit_core.facts.FACTS_HEADER_SAMPLED`), else whole requests by subtree below
+each instance's learned trunk (:data:`~litehit_core.facts.FACTS_HEADER_SUBTREE`, the
+trunk's size on every row).
 
 Cost: O(trace bytes) parsing plus, per request and routed instance, one ``record_query``
 (O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + engine
@@ -95,7 +97,14 @@ from litehit_service.traces.readers import get_reader
 from litehit_service.traces.readers.compressed import container_or_none, plain_size, text_bytes
 from litehit_service.traces.readers.registry import reader_of_container
 
-__all__ = ["BATCH_LINES", "EXECUTORS", "ReplaySummary", "run_replay", "sample_dir"]
+__all__ = [
+    "BATCH_LINES",
+    "EXECUTORS",
+    "ReplaySummary",
+    "run_replay",
+    "sample_dir",
+    "sampling_unit",
+]
 
 EXECUTORS = ("local", "ray")
 """Where instance lanes run: this process, or one Ray task each."""
@@ -158,9 +167,9 @@ def run_replay(
     ``sample_rate`` R < 1 (issue 37): the trace read once, each request's normalised keys
     sampled per seed (``sample_seeds`` K managers, salts 0..K-1; only the kept blocks
     reach the engines, so memory follows the sample), one sampled ledger per seed in
-    :func:`sample_dir` of the output folder (and none at ``litehit_facts.csv``). Only for
-    tail-first LRU (:func:`sampling_refusal`: InvalidRequestError
-    otherwise) and the local executor. R = 1 is the exact replay.
+    :func:`sample_dir` of the output folder (and none at ``litehit_facts.csv``), by
+    block or by subtree (:func:`sampling_unit`). Only with the local executor
+    (InvalidRequestError otherwise). R = 1 is the exact replay.
     Raises :class:`~litehit_core.LocatedError` (the trace or the config) with ``path:line:
     reason``; then no ledger (and no temporary) is left behind, and an existing ledger is
     untouched; so on KeyboardInterrupt and the CLI's SIGTERM exception. Temporaries of the
@@ -181,11 +190,14 @@ def run_replay(
     if progress is None:
         progress = sys.stderr.isatty()
     seeds = sample_seeds if sampled else 1
-    built = [_manager(config, lru_engine, sample_rate, seed) for seed in range(seeds)]
-    manager, results = built[0]
+    manager, results = built = _manager(config, lru_engine)
     models = {info.instance_id: info.spec.model for info in manager.instance_infos()}
-    if sampled and (reason := sampling_refusal(config, models)) is not None:
-        raise InvalidRequestError(reason)
+    unit = sampling_unit(models)
+    if sampled:  # one manager per seed (the first one only told the models)
+        managers = [_manager(config, lru_engine, sample_rate, k, unit) for k in range(seeds)]
+        manager, results = managers[0]
+    else:
+        managers = [built]
     with_model = any(model != DEFAULT_MODEL for model in models.values())  # ledger header
     lanes: dict[str, _Lane] = {}
     formats: dict[str, tuple[str, int, int, str | None]] = {}
@@ -241,8 +253,8 @@ def run_replay(
                 stack.enter_context(
                     FactsWriter(
                         p,
-                        with_model=with_model,
-                        sample=LedgerSample(sample_rate, k) if sampled else None,
+                        with_model=with_model and not sampled,  # by subtree: always
+                        sample=LedgerSample(sample_rate, k, unit) if sampled else None,
                     )
                 )
                 for k, p in enumerate(paths)
@@ -255,10 +267,15 @@ def run_replay(
                     lru_engine,
                 )  # fmt: skip
             else:
-                sampled_formats = (
-                    {iid: FactLineFormat(*f) for iid, f in formats.items()} if sampled else None
-                )
-                sinks = [(m, w, sampled_formats) for (m, _), w in zip(built, writers, strict=True)]
+                sampled_formats = None
+                if sampled:  # by subtree: the model column too
+                    sampled_formats = {
+                        iid: FactLineFormat(*f[:3], models[iid] if unit == "subtree" else None)
+                        for iid, f in formats.items()
+                    }
+                sinks = [
+                    (m, w, sampled_formats) for (m, _), w in zip(managers, writers, strict=True)
+                ]
                 requests, writes = _drive(sinks, batches, lanes, fixed, path, bar)
                 summaries = manager.list_instances()
             if not requests:
@@ -297,37 +314,27 @@ def sample_dir(rate: float, seed: int) -> str:
     return f"sample-r{rate:g}-seed{seed}"
 
 
-def sampling_refusal(config: ReplayConfig, models: dict[str, str]) -> str | None:
-    """Why ``config`` cannot be replayed on a per-block sample, or None. Per-block sampling
-    is exact in expectation only when a block's prefix hit is its own stack distance
-    (tail-first LRU; LiteHit gives each instance its own capacity): a head-first group or a
-    hybrid instance is refused, naming it and pointing to subtree sampling. O(groups)."""
-    where = "; sample it by subtree with litehit tradeoff --sample-rate (or optimize)"
-    groups = {g.name: g for g in config.instance_groups}
-    group_of = {r.instance_id: groups.get(r.instance_group) for r in config.instances}
-    for iid, model in models.items():
-        if model not in BLOCK_SAMPLED_MODELS:
-            group = group_of.get(iid)
-            within = (
-                ""
-                if group is None
-                else (f" (instance group {group.name!r}, touch_order {group.touch_order!r})")
-            )
-            return (
-                "--sample-rate samples blocks, exact in expectation only for a model whose "
-                f"prefix hit is a block's own stack distance (full attention touched tail "
-                f"first): instance {iid!r} has model {model!r}{within}{where}"
-            )
-    return None
+def sampling_unit(models: dict[str, str]) -> str:
+    """How a sampled replay of instances with these ``models`` (by instance id) samples:
+    ``"block"`` (SHARDS, exact in expectation) when every model's prefix hit is a block's
+    own stack distance (:data:`~litehit_core.engine.BLOCK_SAMPLED_MODELS`: full attention
+    touched tail first), else ``"subtree"`` for every instance (head first or hybrid: a
+    block's hit depends on its ancestors' order, so whole requests are kept below the
+    trunk; one ledger holds one unit). O(instances)."""
+    return "block" if all(m in BLOCK_SAMPLED_MODELS for m in models.values()) else "subtree"
 
 
 def _manager(
-    config: ReplayConfig, lru_engine: str, sample_rate: float, seed: int
+    config: ReplayConfig,
+    lru_engine: str,
+    sample_rate: float = 1.0,
+    seed: int = 0,
+    unit: str = "block",
 ) -> tuple[OnlineOptimizerManager, list[Any]]:
     """A fresh manager with ``config``'s groups and instances (every refusal reported at
-    once: the config's error), sampling at ``sample_rate`` with ``seed``; its
+    once: the config's error), sampling at ``sample_rate`` with ``seed`` by ``unit``; its
     registration results in instance order."""
-    policy = QueryPolicy.offline(config.block_size, sample_rate, seed)
+    policy = QueryPolicy.offline(config.block_size, sample_rate, seed, unit)
     manager = OnlineOptimizerManager(policy=policy, lru_engine=lru_engine)
     problems, refused = [], set()  # every group and instance the manager refuses, at once
     for i, group in enumerate(config.instance_groups):
@@ -476,13 +483,16 @@ def _record_batches(
         answers[lane_id] = (iter(facts), iter(tokens))
     if failure is not None:
         raise LocatedError(path, failure[0], failure[1])
-    if sampled is not None:  # a sampled ledger's lines: the blocks kept, then the curve
+    if sampled is not None:  # a sampled ledger's lines: blocks kept (trunk, reuse), the curve
+        subtree = manager.policy.sample_unit == "subtree"
+        sizes = {lane: manager.sample_sizes(lane) if subtree else None for lane in answers}
         for (_, _, _, tid, ts, *_), targets in routed:
             for lane_id, _ in targets:
                 facts_left, tokens_left = answers[lane_id]
                 fact = next(facts_left)
                 line = sampled[lane_id].sampled_line
-                append(line(tid, ts, next(tokens_left), fact.total_blocks, fact.hit_curve))
+                append(line(tid, ts, next(tokens_left), fact.total_blocks, fact.hit_curve,
+                            sizes[lane_id]))  # fmt: skip
         return
     for (_, _, _, tid, ts, *_), targets in routed:
         for lane_id, line in targets:

@@ -20,7 +20,7 @@ from litehit_core.curve import InstanceCurve
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.sampled_facts import Estimate
 from litehit_service.litehit.curve import ledger_curves
-from litehit_service.model import InstanceSummary
+from litehit_service.model import CapacitySummary, InstanceSummary
 from litehit_service.offline.outputs import run_line
 
 __all__ = ["ReplaySummary", "SampledEstimates"]
@@ -34,6 +34,8 @@ class SampledEstimates:
     rate: float
     paths: tuple[str, ...]
     curves: tuple[dict[str, InstanceCurve], ...]
+    unit: str = "block"
+    """What the samples kept: ``"block"`` or ``"subtree"`` (whole requests)."""
 
     @classmethod
     def read(
@@ -41,35 +43,47 @@ class SampledEstimates:
     ) -> SampledEstimates:
         """Read every seed's ledger back into its estimated curves. O(rows)."""
         curves = []
+        unit = "block"
         for path in paths:
-            _, found = ledger_curves(path, max_line_bytes=max_line_bytes)
+            sample, found = ledger_curves(path, max_line_bytes=max_line_bytes)
+            unit = sample.unit if sample is not None else unit
             curves.append({c.instance_id: c for c in found})
-        return cls(rate, tuple(paths), tuple(curves))
+        return cls(rate, tuple(paths), tuple(curves), unit)
 
-    def estimate(self, instance_id: str, capacity_blocks: int) -> Estimate:
-        """The estimate at ``capacity_blocks`` of the whole trace (-1: infinite) over the
-        seeds (an instance without requests: 0 of 0). O(seeds log B)."""
+    def _capacity(self, cur: InstanceCurve, c: CapacitySummary) -> int:
+        """A configured capacity in ``cur``'s unit (bytes for a hybrid curve)."""
+        return c.capacity_blocks if cur.unit == "blocks" else cur.units_for_gb(c.capacity_gb)
+
+    def estimate(self, instance_id: str, capacity: CapacitySummary | None) -> Estimate:
+        """The estimate at a configured ``capacity`` of the whole trace (None: infinite)
+        over the seeds (an instance without requests: 0 of 0). O(seeds log B)."""
         hits, inputs = [], []
         for by_id in self.curves:
             cur = by_id.get(instance_id)
-            hits.append(cur.hit_tokens_at(capacity_blocks) if cur is not None else 0)
-            inputs.append(cur.input_tokens if cur is not None else 0)
+            if cur is None:
+                hits.append(0)
+                inputs.append(0)
+                continue
+            units = -1 if capacity is None else self._capacity(cur, capacity)
+            hits.append(cur.hit_tokens_at(units))
+            inputs.append(cur.input_tokens)
         return Estimate(tuple(hits), tuple(inputs))
 
     def lines(self, summaries: Sequence[InstanceSummary]) -> list[str]:
         """The text: a head line naming the sample, then per instance its estimates at
         every configured capacity and infinite (``≈``, the band with K > 1)."""
         k = len(self.paths)
+        by = ", whole requests by subtree" if self.unit == "subtree" else ""
         out = [
-            f"sampled replay: R = {self.rate:g}, {k} seed{'s' if k != 1 else ''} (estimates of "
-            "the whole trace's hit rates; the band is a 90% interval from the seeds' spread)"
+            f"sampled replay: R = {self.rate:g}, {k} seed{'s' if k != 1 else ''}{by} (estimates "
+            "of the whole trace's hit rates; the band is a 90% interval from the seeds' spread)"
         ]
         for s in summaries:
             rates = [
-                f"{_gb(c.capacity_gb)} GiB {self.estimate(s.instance_id, c.capacity_blocks).text()}"
+                f"{_gb(c.capacity_gb)} GiB {self.estimate(s.instance_id, c).text()}"
                 for c in s.capacity_summaries
             ]
-            rates.append(f"inf {self.estimate(s.instance_id, -1).text()}")
+            rates.append(f"inf {self.estimate(s.instance_id, None).text()}")
             out.append(
                 f"  {s.instance_id} (group {s.instance_group}, block {s.debug_info.block_size} "
                 f"tokens, {s.total_queries} requests): token hit rate {'; '.join(rates)}"
@@ -83,12 +97,12 @@ class SampledEstimates:
         iid = s.instance_id
         caps = []
         for c in s.capacity_summaries:
-            est = self.estimate(iid, c.capacity_blocks)
+            est = self.estimate(iid, c)
             caps.append(
                 {"capacity_gb": _whole(c.capacity_gb), "capacity_blocks": c.capacity_blocks}
                 | _estimate_json(est)
             )
-        inf = self.estimate(iid, -1)
+        inf = self.estimate(iid, None)
         return {
             "instance_id": iid,
             "instance_group": s.instance_group,
@@ -170,8 +184,9 @@ class ReplaySummary:
         ``hit_rate``) and the theoretical maximum's ``theoretical_hit_tokens`` and
         ``theoretical_hit_rate`` (both null when the group does not track it). Counts are
         ints; ``capacity_gb`` is an int when it is a whole number of GiB. A sampled replay
-        adds ``sample_rate``, ``sample_seeds``, ``facts_paths`` and ``estimate: true``, and
-        per capacity gives the estimate (:meth:`SampledEstimates.instance_json`). O(slots)."""
+        adds ``sample_rate``, ``sample_seeds``, ``sample_unit``, ``facts_paths`` and
+        ``estimate: true``, and per capacity gives the estimate
+        (:meth:`SampledEstimates.instance_json`). O(slots)."""
         if self.sampled is not None:
             instances = [self.sampled.instance_json(s) for s in self.instance_summaries]
         else:
@@ -182,6 +197,7 @@ class ReplaySummary:
                 "estimate": True,
                 "sample_rate": self.sampled.rate,
                 "sample_seeds": len(self.sampled.paths),
+                "sample_unit": self.sampled.unit,
                 "facts_paths": list(self.sampled.paths),
             }
         return head | {

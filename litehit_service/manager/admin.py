@@ -384,7 +384,7 @@ class OnlineOptimizerManager:
             )
             if refused is not None:
                 raise refused
-            kept_keys, offsets = sampled_keys(policy, np.array(keys, np.int64), offsets)
+            kept_keys, offsets = sampled_keys(policy, np.array(keys, np.int64), offsets, state)
             _, _, _, _, facts = replay_packed(
                 state,
                 kept_keys,
@@ -394,6 +394,14 @@ class OnlineOptimizerManager:
                 want_facts=True,
             )
         return facts, token_list
+
+    def sample_sizes(self, instance_id: str) -> tuple[int, int]:
+        """A replay sampled by subtree: the trunk learned for ``instance_id`` so far (its
+        curve's unit) and its reused blocks estimated so far
+        (:meth:`InstanceState.sample_sizes`). O(1)."""
+        state = self._require_instance(instance_id)
+        with state.lock:
+            return state.sample_sizes()
 
     def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
         """Summaries of every instance (or of one group's), sorted by instance_id.

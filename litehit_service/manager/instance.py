@@ -17,6 +17,8 @@ from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import InstanceCurve
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
 from litehit_core.projector import Projection
+from litehit_core.sampled_estimate import RunningReuse
+from litehit_core.sampling import TrunkLearner
 from litehit_service.model import (
     CapacitySummary,
     InstanceDebugInfo,
@@ -72,6 +74,8 @@ class InstanceState:
         "total_max_hits",
         "curve",
         "add_to_curve",
+        "trunk",
+        "reuse",
     )
 
     def __init__(
@@ -112,7 +116,21 @@ class InstanceState:
         self.total_input_tokens = 0
         self.total_hits = [0] * len(self.capacity_blocks)
         self.total_max_hits = 0
+        self.trunk: TrunkLearner | None = None
+        """A replay sampled by subtree: this instance's trunk, learned batch by batch."""
+        self.reuse: RunningReuse | None = None
+        """... and its reuse estimated by a block sample (when the model's infinite hits
+        are its reuse: :attr:`~litehit_core.engine.EngineSpec.infinite_hits_are_reuse`)."""
         self.set_curve(self.new_curve())
+
+    def sample_sizes(self) -> tuple[int, int]:
+        """A replay sampled by subtree (call with ``lock`` held): the learned trunk in the
+        curve's unit (its blocks, or the bytes they occupy with their states:
+        :meth:`~litehit_core.engine.EngineSpec.chain_size`; 0 without one) and the reused
+        blocks estimated so far, rounded (-1 without an estimate). O(1)."""
+        trunk = 0 if self.trunk is None else self.spec.chain_size(len(self.trunk.trunk))
+        reuse = -1 if self.reuse is None else max(round(self.reuse.blocks), 0)
+        return trunk, reuse
 
     def count(self, hits: Sequence[int], best: int, queries: int, blocks: int, tokens: int) -> None:
         """Add queries to the counters (call with ``lock`` held): hit blocks per slot,
