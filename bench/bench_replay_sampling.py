@@ -2,7 +2,13 @@
 time and the curve's error at every capacity above 1 % of the unique blocks. Not in CI.
 
 Usage: python bench/bench_replay_sampling.py [--copies 200] [--rate 0.01] [--seeds 1 4]
-       [--points 40] [--low 0.01]
+       [--points 40] [--low 0.01] [--touch-order tail-first|head-first] [--hybrid]
+
+``--touch-order head-first`` replays the group head first (LMCache's order), which a
+sampled replay samples by subtree (whole requests below the learned trunk, the estimate
+corrected by the block-sampled reuse) instead of by block. ``--hybrid`` makes the
+instance hybrid (a 4 MiB state every 4 blocks of 1 MiB; sampled by subtree, no reuse
+correction): capacities are then bytes, read at the same block counts times 2 MiB.
 
 The Mooncake conversation trace ``copies`` times over (``_trace.write_mooncake_copies``:
 fresh ids per copy, copies one after the other; 512-token blocks, Mooncake's own format
@@ -36,7 +42,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _trace import DEFAULT_TRACE, peak_run, write_mooncake_copies  # noqa: E402
 
-from litehit_service.litehit.curve import ledger_curves  # noqa: E402
+from litehit_core.facts import read_facts  # noqa: E402
+from litehit_core.sampled_facts import SampleCounts, count_rows  # noqa: E402
+from litehit_service.litehit.curve import (  # noqa: E402
+    build_curves,
+    ledger_curves,
+    read_sample,
+    sampled_curves,
+)
 from litehit_service.litehit.replay import sample_dir  # noqa: E402
 
 GIB = 1 << 30
@@ -54,21 +67,41 @@ def unique_ids(trace: Path) -> int:
     return len(ids)
 
 
-def config(path: Path, trace: Path, unique: int) -> Path:
+HYBRID = {
+    "location_spec_infos": [{"name": "hbm", "size": BLOCK_BYTES},
+                            {"name": "st", "size": 4 * BLOCK_BYTES}],
+    "location_spec_groups": [{"name": "full", "spec_names": ["hbm"]},
+                             {"name": "lin", "spec_names": ["st"]}],
+    "optimizer_state_info": {"full_location_spec_group_name": "full",
+                             "linear_location_spec_group_name": "lin"},
+    "linear_step": 4,
+}  # fmt: skip
+"""A hybrid instance: 1 MiB blocks, a 4 MiB state every 4 blocks (2 MiB a block)."""
+HYBRID_BYTES_PER_BLOCK = 2 * BLOCK_BYTES
+
+
+def config(
+    path: Path, trace: Path, unique: int, order: str = "tail-first", hybrid: bool = False
+) -> Path:
     """A replay config of ``trace`` (Mooncake) with 8 capacities from 1 % of ``unique``
-    blocks to all of them."""
+    blocks to all of them, touched in ``order`` (a :data:`HYBRID` instance with
+    ``hybrid``)."""
     caps = np.geomspace(unique / 100, unique, 8).astype(np.int64) * BLOCK_BYTES / GIB
     path.write_text(json.dumps({
         "trace_file_path": str(trace), "trace_format": "mooncake",
         "output_result_path": str(path.parent / "out"), "block_size": 512,
         "instance_groups": [{"name": "g", "capacity_gb": [float(c) for c in caps],
-                             "enable_theoretical_max_cache": True}],
+                             "enable_theoretical_max_cache": True, "touch_order": order}],
         "instances": [{"instance_id": "mooncake", "instance_group": "g", "block_size": 512,
                        "location_spec_infos": [{"name": "hbm", "size": BLOCK_BYTES}],
                        "location_spec_groups": [{"name": "full", "spec_names": ["hbm"]}],
                        "optimizer_state_info": {"full_location_spec_group_name": "full"},
                        "linear_step": 0}],
     }))  # fmt: skip
+    if hybrid:
+        data = json.loads(path.read_text())
+        data["instances"][0].update(HYBRID)
+        path.write_text(json.dumps(data))
     return path
 
 
@@ -86,6 +119,18 @@ def hits_and_tokens(ledger: Path, caps: np.ndarray) -> tuple[np.ndarray, int]:
     return cur.hit_tokens_at_many(caps), cur.input_tokens
 
 
+def uncorrected_hits(ledger: Path, caps: np.ndarray) -> np.ndarray | None:
+    """A ledger sampled by subtree: hit tokens at ``caps`` of its estimate without the
+    reuse correction (the plain ratio), for comparison; None for a block sample."""
+    sample = read_sample(ledger)
+    if sample is None or sample.unit != "subtree":
+        return None
+    counts = SampleCounts()
+    (cur,) = build_curves(count_rows(read_facts(ledger), counts))
+    counts.controls.clear()
+    return counts.curve(cur, sample.rate, sample.unit).hit_tokens_at_many(caps)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=200)
@@ -93,6 +138,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--points", type=int, default=40)
     ap.add_argument("--low", type=float, default=0.01)
+    ap.add_argument("--touch-order", choices=("tail-first", "head-first"), default="tail-first")
+    ap.add_argument("--hybrid", action="store_true")
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.2f}")  # fmt: skip
@@ -105,17 +152,22 @@ def main() -> int:
               f"U = {unique:,} unique blocks, {moon.stat().st_size / 1e6:.0f} MB")  # fmt: skip
         tiny = work / "tiny.jsonl"
         tiny.write_text(DEFAULT_TRACE.read_text().splitlines()[0] + "\n")
-        t_wall, t_rss = run(["replay", str(config(work / "tiny.json", tiny, unique)), "--quiet"])
+        order = args.touch_order
+        tiny_cfg = config(work / "tiny.json", tiny, unique, order, args.hybrid)
+        t_wall, t_rss = run(["replay", str(tiny_cfg), "--quiet"])
         print(f"start-up (one request): wall {t_wall:.2f} s, peak RSS {t_rss / 1e6:.0f} MB")
-        cfg = config(work / "c.json", moon, unique)
+        cfg = config(work / "c.json", moon, unique, order, args.hybrid)
+        print(f"touch order {order}{', hybrid instance' if args.hybrid else ''}")
         e_wall, e_rss = run(["replay", str(cfg), "--quiet", "-o", str(work / "exact")])
         print(f"exact: wall {e_wall:.1f} s, peak RSS {e_rss / 1e6:.0f} MB")
         caps = np.unique(np.geomspace(unique * args.low, 2 * unique, args.points).astype(np.int64))
+        per = HYBRID_BYTES_PER_BLOCK if args.hybrid else 1  # a hybrid curve is in bytes
+        caps = caps * per
         exact_hits, tokens = hits_and_tokens(work / "exact" / "litehit_facts.csv", caps)
         shutil.rmtree(work / "exact")
         want = exact_hits / tokens
         print(f"exact hit rate at {args.low:.2%} of U {want[0]:.2%}, at U "
-              f"{np.interp(unique, caps, want):.2%}")  # fmt: skip
+              f"{np.interp(unique * per, caps, want):.2%}")  # fmt: skip
         for k in args.seeds:
             out = work / f"s{k}"
             argv = ["replay", str(cfg), "--quiet", "-o", str(out),
@@ -131,15 +183,32 @@ def main() -> int:
                   f"exact), peak RSS {s_rss / 1e6:.0f} MB ({e_rss / s_rss:.1f}x less; above "
                   f"start-up: {(e_rss - t_rss) / max(s_rss - t_rss, 1):.0f}x less)")  # fmt: skip
             for s in range(k):
+                path = out / sample_dir(args.rate, s) / "litehit_facts.csv"
+                plain = uncorrected_hits(path, caps)
+                extra = ""
+                if plain is not None:
+                    perr = (plain / tokens - want) * 100
+                    extra = (f" (uncorrected: max {np.abs(perr).max():.2f}, mean "
+                             f"{np.abs(perr).mean():.2f})")  # fmt: skip
                 print(f"  seed {s}: max |err| {np.abs(errs[s]).max():.2f} points, mean "
-                      f"{np.abs(errs[s]).mean():.2f}, at the lowest {errs[s][0]:+.2f}")  # fmt: skip
+                      f"{np.abs(errs[s]).mean():.2f}, at the lowest {errs[s][0]:+.2f}"
+                      f"{extra}")  # fmt: skip
             if k > 1:
                 print(f"  pool of {k}: max |err| {np.abs(pooled).max():.2f} points, mean "
                       f"{np.abs(pooled).mean():.2f}; band holds the exact value at "
                       f"{covered:.0%} of {len(caps)} capacities")  # fmt: skip
+            below = max(sampled_curves(out / sample_dir(args.rate, s) / "litehit_facts.csv")[2]
+                        .get("mooncake", 0) for s in range(k))  # fmt: skip
+            if below:
+                fine = caps >= below
+                print(f"  not coarse (from {below // per:,} blocks, {below // per / unique:.2%} "
+                      f"of U; {int(fine.sum())} of {len(caps)} capacities): seeds' max |err| "
+                      f"{np.abs(errs[:, fine]).max(initial=0):.2f}, mean "
+                      f"{np.abs(errs[:, fine]).mean() if fine.any() else 0:.2f}")  # fmt: skip
             worst = int(np.argmax(np.abs(errs).max(axis=0)))
             print(
-                f"  worst capacity {caps[worst]:,} blocks ({caps[worst] / unique:.2%} of U): "
+                f"  worst capacity {caps[worst] // per:,} blocks "
+                f"({caps[worst] // per / unique:.2%} of U): "
                 f"exact {want[worst]:.2%}, seeds {np.round(errs[:, worst], 2).tolist()}"
             )
             shutil.rmtree(out)

@@ -56,6 +56,7 @@ from litehit_core.curve import InstanceCurve
 from litehit_core.engine import FACT_MODELS
 from litehit_core.facts import FactRow
 from litehit_core.sampled_estimate import Z90, t90
+from litehit_core.sampling import MIN_CACHE_REQUESTS
 
 __all__ = [
     "Estimate",
@@ -149,6 +150,21 @@ class SampleCounts:
                 steps = FACT_MODELS[row.model].curve == "steps"
                 control = self.controls[iid] = SubtreeControl(steps)
             control.add(row)
+
+    def coarse_below(self, sample: InstanceCurve, rate: float, unit: str) -> int:
+        """The whole trace's capacity (the curve's unit) below which a sample by subtree
+        of ``sample``'s instance is *coarse*: its scaled cache (``c`` up to the trunk
+        ``T``, ``T + R (c - T)`` above) holds fewer than
+        :data:`~litehit_core.sampling.MIN_CACHE_REQUESTS` of the trace's average
+        requests, where the estimate reads low (as ``optimize`` flags). 0 for a sample by
+        block (its unit is the block, not the request) and for a curve in bytes (the
+        bytes of a request's states are not in the ledger). O(1)."""
+        if unit != "subtree" or sample.unit != "blocks" or not sample.requests:
+            return 0
+        iid = sample.instance_id
+        need = MIN_CACHE_REQUESTS * self.blocks[iid] / sample.requests
+        trunk = self.trunk.get(iid, 0)
+        return math.ceil(need if need <= trunk else trunk + (need - trunk) / rate)
 
     def curve(self, sample: InstanceCurve, rate: float, unit: str) -> InstanceCurve:
         """The whole trace's estimated curve of ``sample`` (one instance's curve of the

@@ -80,7 +80,9 @@ def head_first(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """12,000 requests with shared prompts (~130 k block touches), head-first, replayed
     exactly and at R = 0.25 with 8 seeds, once for the module."""
     tmp = tmp_path_factory.mktemp("head")
-    path = write_setup(tmp, shared_trace(1, 12000), touch_order="head-first")
+    path = write_setup(
+        tmp, shared_trace(1, 12000), caps_blocks=(1000, 20000), touch_order="head-first"
+    )
     config = load_config(str(path))
     exact = run_replay(config, progress=False)
     sampled = run_replay(config, progress=False, sample_rate=0.25, sample_seeds=8)
@@ -195,6 +197,28 @@ def test_replay_prints_and_writes_that_it_sampled_by_subtree(head_first: dict[st
     assert proc.stdout.startswith("≈ estimates from a sample: R = 0.25, seed 3, by subtree")
 
 
+def test_estimates_whose_scaled_cache_holds_few_requests_are_flagged_coarse(
+    head_first: dict[str, Any],
+) -> None:
+    # A configured capacity is coarse when the sample's cache there (c up to the trunk T,
+    # T + R (c - T) above) holds fewer than 200 of the trace's average requests: here
+    # 1000 blocks are (~300 in the sample's cache, ~11 blocks a request), 20000 are not;
+    # the text marks it and explains, --json says it per capacity. Bugs caught: the
+    # flag inverted, the threshold without the trunk, R applied the other way.
+    rows = list(read_facts(ledger(head_first["tmp"] / "out", 0.25, 0)))
+    avg = sum(r.input_token_len // 4 for r in rows) / len(rows)
+    trunk = rows[-1].trunk_size
+    want = [trunk + 0.25 * (c - trunk) < 200 * avg for c in (1000, 20000)]
+    assert want == [True, False]
+    sampled = head_first["sampled"]
+    data = sampled.to_json()
+    assert [c["coarse"] for c in data["instances"][0]["capacities"]] == want
+    lines = sampled.instance_lines()
+    assert lines[1].startswith("  coarse: the sample's cache holds fewer than 200")
+    rates = lines[2].split("token hit rate ")[1].split("; ")
+    assert rates[0].endswith(" coarse") and not rates[1].endswith(" coarse")
+
+
 # ------------------------------------------------------------------ the pieces
 
 
@@ -246,6 +270,26 @@ def test_reuse_correction_is_the_block_estimate_at_infinite_capacity(tmp_path: P
     for row in rows:
         counts.add(row)
     assert counts.controls["i"].reuse == rows[-1].reuse_blocks
+
+
+def test_coarse_threshold_counts_the_trunk_at_full_weight() -> None:
+    # 100 requests of 100 blocks on average: the sample's cache must hold 20,000 blocks.
+    # With a trunk of 5,000 at R = 0.1 that is 5,000 + 15,000 / 0.1 = 155,000 blocks of
+    # the whole trace; with a trunk of 30,000 the cache holds 20,000 already at 20,000;
+    # a block sample and a curve in bytes are never coarse. Bugs caught: the trunk
+    # scaled like the rest (200,000), the trunk branch missing (a negative threshold).
+    counts = SampleCounts()
+    counts.blocks["i"] = 10_000
+    cur = InstanceCurve("i", 4, 1024, model="lru-head-first")
+    cur.requests = 100
+    counts.trunk["i"] = 5_000
+    assert counts.coarse_below(cur, 0.1, "subtree") == 155_000
+    assert counts.coarse_below(cur, 0.1, "block") == 0
+    counts.trunk["i"] = 30_000
+    assert counts.coarse_below(cur, 0.1, "subtree") == 20_000
+    hybrid = InstanceCurve("i", 4, 1024, model="hybrid")
+    hybrid.requests = 100
+    assert counts.coarse_below(hybrid, 0.1, "subtree") == 0
 
 
 def test_the_correction_slope_is_the_rows_least_squares_slope() -> None:

@@ -101,11 +101,12 @@ def register(subparsers: Any) -> None:
         type=sample_rate,
         default=1.0,
         metavar="R",
-        help="replay a spatial sample of the blocks instead of all of them: a block is kept "
-        "by a hash of its prefix-chained key at rate R (0 < R <= 1), so the engine holds ~R "
-        "of them; one ledger per seed in sample-rR-seedK/ of the output folder, whose "
-        "curves and hit rates are estimates, marked as such (tail-first LRU only; default: "
-        "1, the exact replay and ledger)",
+        help="replay a spatial sample instead of the whole trace, so the engines hold ~R of "
+        "the blocks (0 < R <= 1): a block is kept by a hash of its prefix-chained key when "
+        "every instance is tail-first LRU, else whole requests by their first block below "
+        "the instance's shared trunk; one ledger per seed in sample-rR-seedK/ of the output "
+        "folder, whose curves and hit rates are estimates, marked as such (default: 1, the "
+        "exact replay and ledger)",
     )
     p.add_argument(
         "--sample-seeds",
@@ -113,8 +114,8 @@ def register(subparsers: Any) -> None:
         default=1,
         metavar="K",
         help="with --sample-rate below 1, replay K independent samples (hash salts 0..K-1) "
-        "in one read of the trace; the estimate pools them and the band is the "
-        "lowest..highest seed (1 to 64; default 1)",
+        "in one read of the trace; the estimate pools them and the band is a 90%% "
+        "interval from their spread (1 to 64; default 1)",
     )
     add_max_line_bytes(p, "trace")
     p.set_defaults(func=run)

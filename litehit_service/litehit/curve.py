@@ -131,15 +131,33 @@ def ledger_curves(
     curves are the whole trace's estimates
     (:func:`~litehit_core.sampled_facts.estimated_curve`). O(facts) + O(B log B) per
     instance."""
+    sample, curves, _ = sampled_curves(
+        facts_path, instance_id, max_line_bytes=max_line_bytes, counter=counter
+    )
+    return sample, curves
+
+
+def sampled_curves(
+    facts_path: str | os.PathLike[str],
+    instance_id: str | None = None,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    counter: list[int] | None = None,
+) -> tuple[LedgerSample | None, list[InstanceCurve], dict[str, int]]:
+    """:func:`ledger_curves` and, per instance of a ledger sampled by subtree, the
+    capacity below which its estimate is coarse
+    (:meth:`~litehit_core.sampled_facts.SampleCounts.coarse_below`; empty otherwise).
+    O(facts) + O(B log B) per instance."""
     sample = read_sample(facts_path)
     rows: Iterable[FactRow] = read_facts(facts_path, max_line_bytes=max_line_bytes)
     if counter is not None:
         rows = _counted(progress(rows, "req"), counter)
     if sample is None:
-        return None, build_curves(rows, instance_id)
+        return None, build_curves(rows, instance_id), {}
     counts = SampleCounts()
     curves = build_curves(count_rows(rows, counts), instance_id)
-    return sample, [counts.curve(c, sample.rate, sample.unit) for c in curves]
+    coarse = {c.instance_id: counts.coarse_below(c, sample.rate, sample.unit) for c in curves}
+    return sample, [counts.curve(c, sample.rate, sample.unit) for c in curves], coarse
 
 
 def sample_label(sample: LedgerSample) -> str:

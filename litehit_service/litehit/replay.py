@@ -39,8 +39,8 @@ keeps its row and its whole ``input_token_len``); the summary's estimates are re
 from those ledgers (:class:`~litehit_service.litehit.summary.SampledEstimates`). The unit
 is :func:`sampling_unit`'s: single blocks when every instance is tail-first LRU
 (:data:`~litehit_core.facts.FACTS_HEADER_SAMPLED`), else whole requests by subtree below
-each instance's learned trunk (:data:`~litehit_core.facts.FACTS_HEADER_SUBTREE`, the
-trunk's size on every row).
+each instance's learned trunk (:data:`~litehit_core.facts.FACTS_HEADER_SUBTREE`: the
+trunk's size and the block-sampled reuse so far on every row).
 
 Cost: O(trace bytes) parsing plus, per request and routed instance, one ``record_query``
 (O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + engine

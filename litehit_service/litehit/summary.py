@@ -19,7 +19,7 @@ from typing import Any
 from litehit_core.curve import InstanceCurve
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES
 from litehit_core.sampled_facts import Estimate
-from litehit_service.litehit.curve import ledger_curves
+from litehit_service.litehit.curve import sampled_curves
 from litehit_service.model import CapacitySummary, InstanceSummary
 from litehit_service.offline.outputs import run_line
 
@@ -36,6 +36,9 @@ class SampledEstimates:
     curves: tuple[dict[str, InstanceCurve], ...]
     unit: str = "block"
     """What the samples kept: ``"block"`` or ``"subtree"`` (whole requests)."""
+    coarse: dict[str, int] | None = None
+    """Per instance the capacity (its curve's unit) below which an estimate is coarse,
+    the largest over the seeds (:func:`~litehit_service.litehit.curve.sampled_curves`)."""
 
     @classmethod
     def read(
@@ -44,11 +47,22 @@ class SampledEstimates:
         """Read every seed's ledger back into its estimated curves. O(rows)."""
         curves = []
         unit = "block"
+        coarse: dict[str, int] = {}
         for path in paths:
-            sample, found = ledger_curves(path, max_line_bytes=max_line_bytes)
+            sample, found, below = sampled_curves(path, max_line_bytes=max_line_bytes)
             unit = sample.unit if sample is not None else unit
             curves.append({c.instance_id: c for c in found})
-        return cls(rate, tuple(paths), tuple(curves), unit)
+            for iid, cap in below.items():
+                coarse[iid] = max(cap, coarse.get(iid, 0))
+        return cls(rate, tuple(paths), tuple(curves), unit, coarse)
+
+    def is_coarse(self, instance_id: str, capacity: CapacitySummary) -> bool:
+        """Whether the estimate at a configured ``capacity`` is coarse (the sample's
+        cache holds fewer than 200 of the trace's average requests: it reads low). O(1)."""
+        below = (self.coarse or {}).get(instance_id, 0)
+        by_id = self.curves[0] if self.curves else {}
+        cur = by_id.get(instance_id)
+        return cur is not None and self._capacity(cur, capacity) < below
 
     def _capacity(self, cur: InstanceCurve, c: CapacitySummary) -> int:
         """A configured capacity in ``cur``'s unit (bytes for a hybrid curve)."""
@@ -78,9 +92,15 @@ class SampledEstimates:
             f"sampled replay: R = {self.rate:g}, {k} seed{'s' if k != 1 else ''}{by} (estimates "
             "of the whole trace's hit rates; the band is a 90% interval from the seeds' spread)"
         ]
+        if any(self.is_coarse(s.instance_id, c) for s in summaries for c in s.capacity_summaries):
+            out.append(
+                "  coarse: the sample's cache holds fewer than 200 of the trace's average "
+                "requests, where an estimate reads low; a larger --sample-rate mends it"
+            )
         for s in summaries:
             rates = [
                 f"{_gb(c.capacity_gb)} GiB {self.estimate(s.instance_id, c).text()}"
+                + (" coarse" if self.is_coarse(s.instance_id, c) else "")
                 for c in s.capacity_summaries
             ]
             rates.append(f"inf {self.estimate(s.instance_id, None).text()}")
@@ -93,7 +113,8 @@ class SampledEstimates:
     def instance_json(self, s: InstanceSummary) -> dict[str, Any]:
         """One instance's ``--json`` entry: as an exact replay's, with per capacity (and
         for infinite) the estimate ``hit_rate``, its band ``hit_rate_low`` and
-        ``hit_rate_high``, ``hit_rate_per_seed`` and ``hit_tokens_per_seed``."""
+        ``hit_rate_high``, ``hit_rate_per_seed``, ``hit_tokens_per_seed`` and ``coarse``
+        (:meth:`is_coarse`)."""
         iid = s.instance_id
         caps = []
         for c in s.capacity_summaries:
@@ -101,6 +122,7 @@ class SampledEstimates:
             caps.append(
                 {"capacity_gb": _whole(c.capacity_gb), "capacity_blocks": c.capacity_blocks}
                 | _estimate_json(est)
+                | {"coarse": self.is_coarse(iid, c)}
             )
         inf = self.estimate(iid, None)
         return {
