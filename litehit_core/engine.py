@@ -196,14 +196,6 @@ class EngineSpec:
         return blocks * self.full_bytes + states * self.linear_bytes
 
     @property
-    def infinite_hits_are_reuse(self) -> bool:
-        """Whether a request's hits at infinite capacity are exactly its blocks read before
-        (prefix-chained keys, so a block read before has its whole prefix read before):
-        a model in blocks that never forgets (no TTL, no tracking limit). A hybrid hit
-        also needs a saved state, so it is not. O(1)."""
-        return self.description.unit == "blocks" and not self.ttl_ns and not self.max_tracked_blocks
-
-    @property
     def max_tracked_bytes(self) -> int:
         """A hybrid engine's byte limit (0 = unlimited). O(1)."""
         if not self.max_tracked_blocks or not self.step_blocks:

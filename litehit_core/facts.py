@@ -34,11 +34,11 @@ A ledger sampled by *subtree* (head-first or hybrid instances: whole requests ke
 dropped below a learned shared trunk, :mod:`litehit_core.sampling`) says so on its comment
 line (``#sample_rate=0.01,sample_seed=0,sample_unit=subtree``) and has the header
 :data:`FACTS_HEADER_SUBTREE`: the ``model`` column, ``sampled_blocks`` (the request's
-blocks if the sample kept it, else 0), ``trunk_size``, the instance's trunk so far in
-the curve's unit (blocks, or bytes for a hybrid curve; it only grows), and
-``reuse_blocks``, the instance's reused blocks so far estimated by a block sample (-1
-where a model's infinite hits are not its reuse); the instance's last row carries the
-final values.
+blocks if the sample kept it, else 0), ``sample_reuse`` (of those, the blocks the
+sample read before), ``trunk_size`` (the instance's trunk so far in the curve's unit:
+blocks, or bytes for a hybrid curve; it only grows) and ``trace_reuse`` (the
+instance's reused blocks so far, estimated by a block sample); the instance's last row
+carries the final values of the last two.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ FACTS_HEADER_SAMPLED = (
 )
 FACTS_HEADER_SUBTREE = (
     "trace_id,instance_id,timestamp_ns,input_token_len,block_size_tokens,block_bytes,model,"
-    "sampled_blocks,trunk_size,reuse_blocks,hit_curve"
+    "sampled_blocks,sample_reuse,trunk_size,trace_reuse,hit_curve"
 )
 FACTS_FILENAME = "litehit_facts.csv"
 SAMPLE_LINE_PREFIX = "#sample_rate="
@@ -147,10 +147,12 @@ class FactRow(NamedTuple):
     model: str = DEFAULT_MODEL
     sampled_blocks: int = -1
     """Blocks of the request a sampled ledger's sample kept (-1: an exact ledger)."""
+    sample_reuse: int = 0
+    """A ledger sampled by subtree: the kept blocks the sample read before."""
     trunk_size: int = 0
-    """A ledger sampled by subtree: the instance's trunk so far, in the curve's unit."""
-    reuse_blocks: int = -1
-    """... and its reused blocks so far, estimated (-1: none)."""
+    """... the instance's trunk so far, in the curve's unit ..."""
+    trace_reuse: int = -1
+    """... and its reused blocks so far, estimated (-1: not a ledger sampled by subtree)."""
 
 
 def format_hit_curve(hit_curve: Sequence[tuple[int, int]]) -> str:
@@ -210,15 +212,15 @@ class FactLineFormat:
         input_token_len: int,
         sampled_blocks: int,
         hit_curve: Sequence[tuple[int, int]],
-        sizes: tuple[int, int] | None = None,
+        subtree: tuple[int, int, int] | None = None,
     ) -> str:
         """One line of a :data:`FACTS_HEADER_SAMPLED` ledger (the formatter made without a
-        model, ``sizes`` None) or of a :data:`FACTS_HEADER_SUBTREE` one (made with the
-        model; ``sizes``: ``trunk_size`` and ``reuse_blocks``), trailing newline
-        included. O(segments)."""
+        model, ``subtree`` None) or of a :data:`FACTS_HEADER_SUBTREE` one (made with the
+        model; ``subtree``: ``sample_reuse``, ``trunk_size`` and ``trace_reuse``),
+        trailing newline included. O(segments)."""
         if not trace_id.isalnum():
             trace_id = csv_field(trace_id)
-        trunk = f"{sizes[0]},{sizes[1]}," if sizes is not None else ""
+        trunk = "".join(f"{v}," for v in subtree) if subtree is not None else ""
         return (
             f"{trace_id}{self._head}{timestamp_ns},{input_token_len}{self._mid}"
             f'{sampled_blocks},{trunk}"{format_hit_curve(hit_curve)}"\n'
@@ -469,7 +471,7 @@ def read_facts(
                     )
                     + f", got {joined!r}",
                 )
-            width = {FACTS_HEADER: 7, FACTS_HEADER_SUBTREE: 11}.get(joined, 8)
+            width = {FACTS_HEADER: 7, FACTS_HEADER_SUBTREE: 12}.get(joined, 8)
             with_model = joined in (FACTS_HEADER_MODELS, FACTS_HEADER_SUBTREE)
             at = 7 if subtree else 6  # sampled_blocks
             # Curves repeat heavily (cold requests, whole-chain hits): parse each text once.
@@ -482,7 +484,7 @@ def read_facts(
                         name, reader.line_num + skip, f"expected {width} fields, got {len(rec)}"
                     )
                 model = rec[6] if with_model else DEFAULT_MODEL
-                sampled, trunk, reuse = -1, 0, -1
+                sampled, own, trunk, reuse = -1, 0, 0, -1
                 text = rec[-1]
                 try:
                     digits = rec[2] + rec[3] + rec[4] + rec[5]
@@ -492,8 +494,13 @@ def read_facts(
                     if skip:
                         sampled = _count(rec[at], "sampled_blocks")
                         if subtree:
-                            trunk = _count(rec[8], "trunk_size")
-                            reuse = _count(rec[9], "reuse_blocks", unknown=True)
+                            own = _count(rec[8], "sample_reuse")
+                            trunk = _count(rec[9], "trunk_size")
+                            reuse = _count(rec[10], "trace_reuse")
+                            if own > sampled:
+                                raise ValueError(
+                                    f"sample_reuse {own} must not exceed sampled_blocks {sampled}"
+                                )
                     parsed = curves.get((model, text))
                     if parsed is None:
                         parsed = _parse_curve(model, text)
@@ -535,21 +542,18 @@ def read_facts(
                     hit_curve=curve,
                     model=model,
                     sampled_blocks=sampled,
+                    sample_reuse=own,
                     trunk_size=trunk,
-                    reuse_blocks=reuse,
+                    trace_reuse=reuse,
                 )
         except csv.Error as exc:  # e.g. a quoted field over the csv module's field limit
             raise LocatedError(name, reader.line_num + skip, f"malformed CSV: {exc}") from None
 
 
-def _count(text: str, name: str, unknown: bool = False) -> int:
-    """A sampled ledger's count column: a non-negative integer (or -1 for ``unknown``),
-    else ValueError naming it."""
-    if unknown and text == "-1":
-        return -1
+def _count(text: str, name: str) -> int:
+    """A sampled ledger's count column: a non-negative integer, else ValueError naming it."""
     if not (text.isascii() and text.isdigit()):
-        what = "-1 or a non-negative integer" if unknown else "a non-negative integer"
-        raise ValueError(f"{name} must be {what}, got {text!r}")
+        raise ValueError(f"{name} must be a non-negative integer, got {text!r}")
     return int(text)
 
 

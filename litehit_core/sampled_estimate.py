@@ -36,13 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from litehit_core.sampling import kept, splitmix64
+from litehit_core.sampling import TrunkLearner, kept, splitmix64
 
 __all__ = [
     "BLOCK_SALT",
     "Reuse",
     "ReuseSketch",
     "RunningReuse",
+    "SeenKeys",
+    "SubtreeSampler",
     "Z90",
     "pair_ids",
     "regression_estimate",
@@ -166,34 +168,33 @@ class ReuseSketch:
         return out
 
 
-class RunningReuse:
-    """One instance's reused blocks (module docstring) estimated *so far* by one seed's
-    block sample (salt ``BLOCK_SALT + seed``), for a sample that writes the estimate as
-    it goes (``litehit replay --sample-rate`` by subtree): :meth:`add` every read's keys
-    in order, :attr:`blocks` is ``N - D / R`` at any time. The distinct sampled keys are
-    kept as a few disjoint sorted runs (sizes halving, merged like a binary counter), so
-    an add costs O(k log² D) for k keys and D distinct sampled keys so far, merges
-    O(D log D) amortised; memory 8 bytes per distinct sampled key."""
+class SeenKeys:
+    """A set of int64 keys that answers, for keys arriving in order, which were seen
+    before: a few disjoint sorted runs (sizes halving, merged like a binary counter).
+    :meth:`mark` of k keys costs O(k log² D) for D distinct keys so far, merges O(D log D)
+    amortised; memory 8 bytes per distinct key."""
 
-    __slots__ = ("rate", "seed", "read_blocks", "distinct", "_runs")
+    __slots__ = ("distinct", "_runs")
 
-    def __init__(self, rate: float, seed: int) -> None:
-        kept(np.zeros(0, np.int64), 0, rate)  # checks the rate
-        self.rate = rate
-        self.seed = seed
-        self.read_blocks = 0
+    def __init__(self) -> None:
         self.distinct = 0
         self._runs: list[np.ndarray] = []
 
-    def add(self, keys: np.ndarray) -> None:
-        """Count reads' ``keys`` (int64, normalised). O(k log² D)."""
-        self.read_blocks += len(keys)
-        fresh = np.unique(keys[kept(keys, BLOCK_SALT + self.seed, self.rate)])
+    def mark(self, keys: np.ndarray) -> np.ndarray:
+        """Per key of ``keys`` (int64, in order) whether it was seen before (by an earlier
+        call or earlier in ``keys``); all of them are seen afterwards. O(k log² D)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        fresh, first = np.unique(keys, return_index=True)
+        new = np.ones(len(fresh), dtype=bool)
         for run in self._runs:
-            if not len(fresh):
-                return
             at = np.minimum(np.searchsorted(run, fresh), len(run) - 1)
-            fresh = fresh[run[at] != fresh]
+            new &= run[at] != fresh
+        seen = np.ones(len(keys), dtype=bool)
+        seen[first[new]] = False
+        self._insert(fresh[new])
+        return seen
+
+    def _insert(self, fresh: np.ndarray) -> None:
         if not len(fresh):
             return
         self.distinct += len(fresh)
@@ -203,11 +204,6 @@ class RunningReuse:
             last = runs.pop()
             runs[-1] = np.sort(np.concatenate((runs[-1], last)))  # disjoint: no duplicates
 
-    @property
-    def blocks(self) -> float:
-        """The estimate ``N - D / R`` (exactly ``N - D`` at rate 1). O(1)."""
-        return self.read_blocks - self.distinct / self.rate
-
     def _check(self) -> None:
         """Runs sorted, disjoint, summing to :attr:`distinct`."""
         assert sum(len(r) for r in self._runs) == self.distinct
@@ -215,6 +211,79 @@ class RunningReuse:
             every = np.concatenate(self._runs)
             assert len(np.unique(every)) == len(every)
             assert all(bool((r[1:] > r[:-1]).all()) for r in self._runs)
+
+
+class RunningReuse:
+    """One instance's reused blocks (module docstring) estimated *so far* by one seed's
+    block sample (salt ``BLOCK_SALT + seed``), for a sample that writes the estimate as
+    it goes (``litehit replay --sample-rate`` by subtree): :meth:`add` every read's keys
+    in order, :attr:`blocks` is ``N - D / R`` at any time (D the distinct sampled keys,
+    a :class:`SeenKeys`). O(k log² D) per add of k keys; 8 bytes per distinct sampled
+    key."""
+
+    __slots__ = ("rate", "seed", "read_blocks", "sampled")
+
+    def __init__(self, rate: float, seed: int) -> None:
+        kept(np.zeros(0, np.int64), 0, rate)  # checks the rate
+        self.rate = rate
+        self.seed = seed
+        self.read_blocks = 0
+        self.sampled = SeenKeys()
+
+    def add(self, keys: np.ndarray) -> None:
+        """Count reads' ``keys`` (int64, normalised). O(k log² D)."""
+        self.read_blocks += len(keys)
+        self.sampled.mark(keys[kept(keys, BLOCK_SALT + self.seed, self.rate)])
+
+    @property
+    def distinct(self) -> int:
+        """D: the distinct keys the block sample kept so far."""
+        return self.sampled.distinct
+
+    @property
+    def blocks(self) -> float:
+        """The estimate ``N - D / R`` (exactly ``N - D`` at rate 1). O(1)."""
+        return self.read_blocks - self.distinct / self.rate
+
+
+class SubtreeSampler:
+    """One instance's sample by subtree for one seed, as ``litehit replay --sample-rate``
+    takes it batch by batch: the trunk (:class:`~litehit_core.sampling.TrunkLearner`, a
+    batch is one window), the whole trace's reuse (:class:`RunningReuse`), the keys the
+    sample kept (:class:`SeenKeys`) and, for the last batch, each request's *sample
+    reuse*: its kept blocks the sample read before (the quantity ``Ẑ`` estimates for the
+    whole trace, measured on the sample). Memory follows the sample: 8 bytes per distinct
+    kept key and per distinct block-sampled key."""
+
+    __slots__ = ("rate", "seed", "learner", "reuse", "seen", "last_reuse")
+
+    def __init__(self, rate: float, seed: int) -> None:
+        self.rate = rate
+        self.seed = seed
+        self.learner = TrunkLearner()
+        self.reuse = RunningReuse(rate, seed)
+        self.seen = SeenKeys()
+        self.last_reuse = np.zeros(0, dtype=np.int64)
+
+    def keep(self, keys: np.ndarray, offsets: np.ndarray, first: int) -> np.ndarray:
+        """Per key of a batch (request i: ``keys[offsets[i]:offsets[i + 1]]``, numbered
+        from ``first``) whether the sample keeps it: each request whole or not by the hash
+        of its sampling key under the trunk grown by this batch. Sets
+        :attr:`last_reuse`. O(keys log² D)."""
+        lens = np.diff(offsets)
+        n = len(lens)
+        self.reuse.add(keys)
+        units = self.learner.learn(offsets, keys, np.arange(first, first + n, dtype=np.int64))
+        mask = np.repeat(kept(units, self.seed, self.rate), lens)
+        seen = self.seen.mark(keys[mask])
+        query = np.repeat(np.arange(n, dtype=np.int64), lens)[mask]
+        self.last_reuse = np.bincount(query, weights=seen, minlength=n).astype(np.int64)
+        return mask
+
+    @property
+    def trunk_blocks(self) -> int:
+        """Blocks in the trunk so far."""
+        return len(self.learner.trunk)
 
 
 def sample_reuse(

@@ -32,15 +32,18 @@ sample capacity ``c`` stands for ``c`` up to ``T`` and for ``T + (c - T) / R`` a
 (the inverse of :func:`~litehit_core.sampling.scaled_bytes`, as ``optimize
 --sample-rate`` scales quotas), and the whole trace's hit blocks are the sample's times
 ``N / n`` (the ratio estimator: the hit rate per kept block is the estimate):
-:func:`subtree_curve`. Where a model's infinite hits are a request's reused blocks (full
-attention without TTL or tracking limit), the ledger also carries the whole trace's
-reused blocks ``Ẑ`` estimated by a block sample, and each capacity's ratio is corrected
-by it as ``optimize --sample-rate`` corrects a point (:mod:`litehit_core.
-sampled_estimate`): ``ĥ(c) = h(c)/n + β(c) (Ẑ/N - z/n)``, ``z`` the sample's reuse (its
-infinite hits) and ``β(c)`` the least-squares slope of the kept rows' residuals ``h_r(c) -
-ĥ x_r`` on ``z_r - (z/n) x_r``, from two curves weighted per row by ``z_r`` and ``x_r``
-(:class:`SubtreeControl`), so one pass over the ledger gives every capacity's slope. At
-infinite capacity β = 1 and the estimate is ``Ẑ/N``.
+:func:`subtree_curve`. The ledger also carries the whole trace's reused blocks ``Ẑ``
+estimated by a block sample and each row's reuse in the sample ``z_r``, and each
+capacity's ratio is corrected by them as ``optimize --sample-rate`` corrects a point
+(:mod:`litehit_core.sampled_estimate`): ``ĥ(c) = h(c)/n + β(c) (Ẑ/N - z/n)``, ``z = Σ
+z_r`` and ``β(c)`` the least-squares slope of the kept rows' residuals ``h_r(c) - ĥ x_r``
+on ``z_r - (z/n) x_r``, from two curves weighted per row by ``z_r`` and ``x_r``
+(:class:`SubtreeControl`), so one pass over the ledger gives every capacity's slope. The
+reuse is the control for every model (a hybrid hit or one under a TTL is not the reuse,
+but hits follow it): where they follow it closely (full attention, no TTL: at infinite
+capacity β = 1 and the estimate is ``Ẑ/N``) the correction takes out most of the swing
+of sampling whole sessions; where they do not, β is small and the estimate stays near
+the plain ratio.
 """
 
 from __future__ import annotations
@@ -70,10 +73,10 @@ __all__ = [
 
 class SubtreeControl:
     """One instance's sums for the reuse correction of a ledger sampled by subtree
-    (module docstring): over its kept rows ``r`` (blocks ``x_r``, infinite hits ``z_r``)
+    (module docstring): over its kept rows ``r`` (blocks ``x_r``, sample reuse ``z_r``)
     the curves ``Σ z_r h_r(c)`` (``wz``) and ``Σ x_r h_r(c)`` (``wx``), ``Σ x_r z_r``,
     ``Σ x_r²``, ``Σ z_r²`` and ``z = Σ z_r``; ``reuse`` is the whole trace's estimated
-    reused blocks (the instance's last row's ``reuse_blocks``). O(segments) per row."""
+    reused blocks (the instance's last row's ``trace_reuse``). O(segments) per row."""
 
     __slots__ = ("wz", "wx", "sxz", "sxx", "szz", "z", "reuse", "_steps")
 
@@ -86,15 +89,12 @@ class SubtreeControl:
 
     def add(self, row: FactRow) -> None:
         """Count one row (the instance's next)."""
-        self.reuse = row.reuse_blocks
+        self.reuse = row.trace_reuse
         x = row.sampled_blocks
         if x <= 0:
             return
         curve = row.hit_curve
-        if self._steps:
-            z = curve[-1][1] if curve else 0
-        else:
-            z = sum(r for _, r in curve)
+        z = row.sample_reuse
         self.sxx += x * x
         if not z:
             return
@@ -144,7 +144,7 @@ class SampleCounts:
         self.kept[iid] = self.kept.get(iid, 0) + max(row.sampled_blocks, 0)
         if row.trunk_size > self.trunk.get(iid, 0):
             self.trunk[iid] = row.trunk_size
-        if row.reuse_blocks >= 0 or iid in self.controls:
+        if row.trace_reuse >= 0:
             control = self.controls.get(iid)
             if control is None:
                 steps = FACT_MODELS[row.model].curve == "steps"

@@ -55,8 +55,9 @@ def test_header_constant() -> None:
         *FACTS_HEADER.split(","),
         "model",
         "sampled_blocks",
+        "sample_reuse",
         "trunk_size",
-        "reuse_blocks",
+        "trace_reuse",
     )
     assert FACTS_HEADER_MODELS == FACTS_HEADER.replace(",hit_curve", ",model,hit_curve")
 

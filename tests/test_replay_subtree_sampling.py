@@ -27,7 +27,7 @@ from litehit_core.facts import (
     read_facts,
     sample_line,
 )
-from litehit_core.sampled_estimate import BLOCK_SALT, RunningReuse
+from litehit_core.sampled_estimate import BLOCK_SALT, RunningReuse, SeenKeys
 from litehit_core.sampled_facts import SampleCounts, subtree_curve
 from litehit_core.sampling import kept
 from litehit_service.litehit.config import load_config
@@ -40,9 +40,9 @@ HYBRID = {
                              {"name": "st", "spec_names": ["m"]}],
     "optimizer_state_info": {"full_location_spec_group_name": "full",
                              "linear_location_spec_group_name": "st"},
-    "linear_step": 4,
+    "linear_step": 16,
 }  # fmt: skip
-"""An instance with 1 KiB blocks and a 4 KiB state every 4 blocks."""
+"""An instance with 1 KiB blocks and a 4 KiB state every 4 blocks (16 tokens)."""
 
 
 def hybrid_setup(tmp: Path, requests: list[list[int]]) -> Path:
@@ -117,21 +117,27 @@ def test_head_first_estimates_close_to_the_exact_curve(head_first: dict[str, Any
 
 def test_hybrid_instances_are_sampled_by_subtree_in_bytes(tmp_path: Path) -> None:
     # A hybrid instance's sample: capacities in bytes, the trunk's bytes carried (its
-    # blocks' and their states'), no reuse estimate (a hybrid hit also needs a state), and
-    # the estimates within 6 points of the exact curve (8 seeds, R = 0.5: sd 1.7, the
-    # mean -1.1 uncorrected). Bugs caught: the trunk written in blocks for a curve in bytes
-    # (43 where its bytes belong), a reuse estimate written for hybrid (its infinite hits
-    # are not its reuse, so the correction would pull the curve to the wrong value).
+    # blocks' and their states'), each row's sample reuse and the trace's reuse carried,
+    # and the corrected estimates within 3 points of the exact curve (8 seeds, R = 0.5:
+    # sd 0.3 from the unique bytes' fifth up, 1.05 at a twentieth, the largest error
+    # 2.0; uncorrected the sd was 1.7-2.0 and the largest 3.3). Bugs caught: the trunk
+    # written in blocks for a curve in bytes (43 where its bytes belong), the hybrid left
+    # uncorrected (3.3 points).
     path = hybrid_setup(tmp_path, shared_trace(1, 3000))
     config = load_config(str(path))
     exact = run_replay(config, progress=False)
     run_replay(config, progress=False, sample_rate=0.5, sample_seeds=8)
     rows = list(read_facts(ledger(tmp_path / "out", 0.5, 0)))
-    assert {r.model for r in rows} == {"hybrid"} and {r.reuse_blocks for r in rows} == {-1}
-    trunk = rows[-1].trunk_size  # b blocks of 1 KiB and a 4 KiB state every 4
-    assert trunk in {b * 1024 + -(-b // 4) * 4096 for b in range(1, 200)}
+    assert {r.model for r in rows} == {"hybrid"} and rows[-1].trace_reuse > 0
+    assert all(r.sample_reuse <= r.sampled_blocks for r in rows)
+    (tmp_path / "head").mkdir()
+    head = write_setup(tmp_path / "head", shared_trace(1, 3000), touch_order="head-first")
+    run_replay(load_config(str(head)), progress=False, sample_rate=0.5)
+    b = list(read_facts(ledger(tmp_path / "head" / "out", 0.5, 0)))[-1].trunk_size  # blocks
+    assert b > 0  # the same keys learn the same trunk: b blocks of 1 KiB, a 4 KiB state per 4
+    assert rows[-1].trunk_size == b * 1024 + -(-b // 4) * 4096
     _, errors = seed_errors(exact.facts_path, tmp_path / "out", 0.5, 8, 0.05)
-    assert np.abs(errors).max() <= 6.0, errors.round(2)
+    assert np.abs(errors).max() <= 3.0, errors.round(2)
 
 
 # ---------------------------------------------------------------- the trunk rule
@@ -237,9 +243,26 @@ def test_running_reuse_counts_the_sampled_distinct_keys_exactly() -> None:
             reuse.add(keys)
             reads += len(keys)
             seen |= set(keys[kept(keys, BLOCK_SALT + 2, rate)].tolist())
-            reuse._check()
+            reuse.sampled._check()
             assert reuse.distinct == len(seen)
         assert reuse.blocks == pytest.approx(reads - len(seen) / rate)
+
+
+def test_seen_keys_marks_each_key_seen_before_like_a_set() -> None:
+    # Key by key against a Python set, duplicates inside one call included. Bugs
+    # caught: a duplicate within a call marked unseen twice, an older run not searched.
+    rng = np.random.default_rng(9)
+    seen_keys = SeenKeys()
+    naive: set[int] = set()
+    for _ in range(80):
+        keys = rng.integers(-500, 500, int(rng.integers(0, 120)), dtype=np.int64)
+        want = []
+        for k in keys.tolist():
+            want.append(k in naive)
+            naive.add(k)
+        assert seen_keys.mark(keys).tolist() == want
+        seen_keys._check()
+    assert seen_keys.distinct == len(naive)
 
 
 def test_subtree_curve_maps_capacities_above_the_trunk() -> None:
@@ -257,19 +280,22 @@ def test_subtree_curve_maps_capacities_above_the_trunk() -> None:
 
 def test_reuse_correction_is_the_block_estimate_at_infinite_capacity(tmp_path: Path) -> None:
     # At infinite capacity the slope is 1 and the corrected estimate is exactly the
-    # ledger's reuse over its blocks. Bug caught: the slope's denominator or the gap's
-    # sign wrong (the estimate moves away from the reuse).
+    # ledger's reuse over its blocks. Bugs caught: the slope's denominator or the gap's
+    # sign wrong (the estimate moves away from the reuse), the sample reuse marked over
+    # every key of the batch instead of the kept ones (9702 against 9760).
     path = write_setup(tmp_path, shared_trace(7, 800), touch_order="head-first")
     run_replay(load_config(str(path)), progress=False, sample_rate=0.4)
     rows = list(read_facts(ledger(tmp_path / "out", 0.4, 0)))
     _, (est,) = ledger_curves(ledger(tmp_path / "out", 0.4, 0))
     blocks = sum(r.input_token_len // 4 for r in rows)
-    assert rows[-1].reuse_blocks > 0
-    assert est.accumulator.hits_at(-1) == round(min(rows[-1].reuse_blocks, blocks))
+    assert rows[-1].trace_reuse > 0
+    assert est.accumulator.hits_at(-1) == round(min(rows[-1].trace_reuse, blocks))
+    # head first without TTL a kept request's infinite hits are its sample reuse
+    assert all(r.sample_reuse == (r.hit_curve[-1][1] if r.hit_curve else 0) for r in rows)
     counts = SampleCounts()
     for row in rows:
         counts.add(row)
-    assert counts.controls["i"].reuse == rows[-1].reuse_blocks
+    assert counts.controls["i"].reuse == rows[-1].trace_reuse
 
 
 def test_coarse_threshold_counts_the_trunk_at_full_weight() -> None:
@@ -299,7 +325,8 @@ def test_the_correction_slope_is_the_rows_least_squares_slope() -> None:
     rows = []
     for i, (x, z) in enumerate(((10, 4), (20, 12), (6, 2), (30, 20), (8, 0))):
         curve = ((10, z // 2), (100, z)) if z else ()
-        rows.append(FactRow(f"r{i}", "i", i, 4 * x, 4, 1024, curve, "lru-head-first", x, 0, 33))
+        rows.append(FactRow(f"r{i}", "i", i, 4 * x, 4, 1024, curve, "lru-head-first",
+                            sampled_blocks=x, sample_reuse=z, trace_reuse=33))  # fmt: skip
     counts = SampleCounts()
     for row in rows:
         counts.add(row)
@@ -314,16 +341,17 @@ def test_the_correction_slope_is_the_rows_least_squares_slope() -> None:
 
 def test_sample_line_and_bad_subtree_columns_name_field_and_line(tmp_path: Path) -> None:
     # The sample line round-trips with its unit (a block sample's line is unchanged), and
-    # a bad trunk_size or reuse_blocks is refused with its line. Bugs caught: the unit
-    # lost on reading, -2 taken as "no estimate".
+    # a bad trunk_size, trace_reuse or sample_reuse is refused with its line. Bugs
+    # caught: the unit lost on reading, a negative count read, more reuse than blocks.
     sub = LedgerSample(0.25, 3, "subtree")
     assert parse_sample_line(sample_line(sub)) == sub
     assert sample_line(LedgerSample(0.25, 3)) == "#sample_rate=0.25,sample_seed=3"
     head = "#sample_rate=0.5,sample_seed=0,sample_unit=subtree\n" + FACTS_HEADER_SUBTREE + "\n"
-    good = 'a,i,1,8,4,1024,lru-head-first,2,1,5,"[[1,1]]"\n'
+    good = 'a,i,1,8,4,1024,lru-head-first,2,1,1,5,"[[1,1]]"\n'
     for bad, words in (
-        ('b,i,2,8,4,1024,lru-head-first,2,x,5,"[[1,1]]"\n', "trunk_size must be a non-negative"),
-        ('b,i,2,8,4,1024,lru-head-first,2,1,-2,"[[1,1]]"\n', "reuse_blocks must be -1 or a"),
+        ('b,i,2,8,4,1024,lru-head-first,2,1,x,5,"[[1,1]]"\n', "trunk_size must be a non-"),
+        ('b,i,2,8,4,1024,lru-head-first,2,1,1,-2,"[[1,1]]"\n', "trace_reuse must be a non-"),
+        ('b,i,2,8,4,1024,lru-head-first,2,3,1,5,"[[1,1]]"\n', "sample_reuse 3 must not exce"),
     ):
         path = tmp_path / "f.csv"
         path.write_text(head + good + bad, encoding="utf-8")
@@ -332,4 +360,4 @@ def test_sample_line_and_bad_subtree_columns_name_field_and_line(tmp_path: Path)
         assert err.value.line_no == 4 and words in str(err.value)
     path.write_text(head + good, encoding="utf-8")
     (row,) = read_facts(path)
-    assert (row.sampled_blocks, row.trunk_size, row.reuse_blocks) == (2, 1, 5)
+    assert (row.sampled_blocks, row.sample_reuse, row.trunk_size, row.trace_reuse) == (2, 1, 1, 5)

@@ -39,8 +39,8 @@ keeps its row and its whole ``input_token_len``); the summary's estimates are re
 from those ledgers (:class:`~litehit_service.litehit.summary.SampledEstimates`). The unit
 is :func:`sampling_unit`'s: single blocks when every instance is tail-first LRU
 (:data:`~litehit_core.facts.FACTS_HEADER_SAMPLED`), else whole requests by subtree below
-each instance's learned trunk (:data:`~litehit_core.facts.FACTS_HEADER_SUBTREE`: the
-trunk's size and the block-sampled reuse so far on every row).
+each instance's learned trunk (:data:`~litehit_core.facts.FACTS_HEADER_SUBTREE`: each
+row's sample reuse, the trunk's size and the block-sampled reuse so far).
 
 Cost: O(trace bytes) parsing plus, per request and routed instance, one ``record_query``
 (O(keys + slots)) and one formatted row (O(curve segments)); memory O(batch + engine
@@ -485,14 +485,19 @@ def _record_batches(
         raise LocatedError(path, failure[0], failure[1])
     if sampled is not None:  # a sampled ledger's lines: blocks kept (trunk, reuse), the curve
         subtree = manager.policy.sample_unit == "subtree"
-        sizes = {lane: manager.sample_sizes(lane) if subtree else None for lane in answers}
+        columns = {lane: manager.sample_columns(lane) for lane in answers} if subtree else {}
+        reuse = {lane: iter(c[2].tolist()) for lane, c in columns.items()}
         for (_, _, _, tid, ts, *_), targets in routed:
             for lane_id, _ in targets:
                 facts_left, tokens_left = answers[lane_id]
                 fact = next(facts_left)
+                extra = None
+                if subtree:
+                    trunk, trace, _ = columns[lane_id]
+                    extra = (next(reuse[lane_id]), trunk, trace)
                 line = sampled[lane_id].sampled_line
                 append(line(tid, ts, next(tokens_left), fact.total_blocks, fact.hit_curve,
-                            sizes[lane_id]))  # fmt: skip
+                            extra))  # fmt: skip
         return
     for (_, _, _, tid, ts, *_), targets in routed:
         for lane_id, line in targets:

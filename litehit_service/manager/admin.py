@@ -395,13 +395,13 @@ class OnlineOptimizerManager:
             )
         return facts, token_list
 
-    def sample_sizes(self, instance_id: str) -> tuple[int, int]:
-        """A replay sampled by subtree: the trunk learned for ``instance_id`` so far (its
-        curve's unit) and its reused blocks estimated so far
-        (:meth:`InstanceState.sample_sizes`). O(1)."""
+    def sample_columns(self, instance_id: str) -> tuple[int, int, np.ndarray]:
+        """A replay sampled by subtree: ``instance_id``'s trunk so far (its curve's unit),
+        its reused blocks estimated so far and its last batch's sample reuse per request
+        (:meth:`InstanceState.sample_columns`). O(1)."""
         state = self._require_instance(instance_id)
         with state.lock:
-            return state.sample_sizes()
+            return state.sample_columns()
 
     def list_instances(self, instance_group: str = "") -> list[InstanceSummary]:
         """Summaries of every instance (or of one group's), sorted by instance_id.

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import add
 
+import numpy as np
+
 from litehit_core.accumulator import HitCurveAccumulator
 from litehit_core.curve import InstanceCurve
 from litehit_core.engine import EngineSpec, ReplayEngine, create_engine
 from litehit_core.projector import Projection
-from litehit_core.sampled_estimate import RunningReuse
-from litehit_core.sampling import TrunkLearner
+from litehit_core.sampled_estimate import SubtreeSampler
 from litehit_service.model import (
     CapacitySummary,
     InstanceDebugInfo,
@@ -74,8 +75,7 @@ class InstanceState:
         "total_max_hits",
         "curve",
         "add_to_curve",
-        "trunk",
-        "reuse",
+        "sampler",
     )
 
     def __init__(
@@ -116,21 +116,21 @@ class InstanceState:
         self.total_input_tokens = 0
         self.total_hits = [0] * len(self.capacity_blocks)
         self.total_max_hits = 0
-        self.trunk: TrunkLearner | None = None
-        """A replay sampled by subtree: this instance's trunk, learned batch by batch."""
-        self.reuse: RunningReuse | None = None
-        """... and its reuse estimated by a block sample (when the model's infinite hits
-        are its reuse: :attr:`~litehit_core.engine.EngineSpec.infinite_hits_are_reuse`)."""
+        self.sampler: SubtreeSampler | None = None
+        """A replay sampled by subtree: this instance's sample (made on first use)."""
         self.set_curve(self.new_curve())
 
-    def sample_sizes(self) -> tuple[int, int]:
-        """A replay sampled by subtree (call with ``lock`` held): the learned trunk in the
+    def sample_columns(self) -> tuple[int, int, np.ndarray]:
+        """A replay sampled by subtree (call with ``lock`` held): the trunk so far in the
         curve's unit (its blocks, or the bytes they occupy with their states:
-        :meth:`~litehit_core.engine.EngineSpec.chain_size`; 0 without one) and the reused
-        blocks estimated so far, rounded (-1 without an estimate). O(1)."""
-        trunk = 0 if self.trunk is None else self.spec.chain_size(len(self.trunk.trunk))
-        reuse = -1 if self.reuse is None else max(round(self.reuse.blocks), 0)
-        return trunk, reuse
+        :meth:`~litehit_core.engine.EngineSpec.chain_size`), the whole trace's reused
+        blocks estimated so far (rounded, at least 0) and the last batch's sample reuse
+        per request (:class:`~litehit_core.sampled_estimate.SubtreeSampler`). O(1)."""
+        sampler = self.sampler
+        if sampler is None:
+            return 0, 0, np.zeros(0, dtype=np.int64)
+        trunk = self.spec.chain_size(sampler.trunk_blocks)
+        return trunk, max(round(sampler.reuse.blocks), 0), sampler.last_reuse
 
     def count(self, hits: Sequence[int], best: int, queries: int, blocks: int, tokens: int) -> None:
         """Add queries to the counters (call with ``lock`` held): hit blocks per slot,

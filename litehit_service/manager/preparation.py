@@ -18,8 +18,8 @@ import numpy as np
 
 from litehit_core import InvalidRequestError, normalize_request
 from litehit_core.normalize import plain_token_lens
-from litehit_core.sampled_estimate import RunningReuse
-from litehit_core.sampling import TrunkLearner, kept
+from litehit_core.sampled_estimate import SubtreeSampler
+from litehit_core.sampling import kept
 from litehit_service.errors import InvalidArgument
 from litehit_service.manager.instance import InstanceState
 from litehit_service.policy import QueryPolicy
@@ -33,26 +33,17 @@ def sampled_keys(
     """The normalised ``keys`` (int64) of many queries of ``state`` (query i:
     ``keys[offsets[i]:offsets[i + 1]]``) the policy's sample keeps, and their offsets;
     unchanged at rate 1. By block: one vectorised hash per key. By subtree: the queries
-    are one window of the instance's :class:`~litehit_core.sampling.TrunkLearner` (made
-    on first use, numbered by ``state.total_queries``: call with ``state.lock`` held,
-    before the queries are counted), then each query kept whole or dropped by the hash
-    of its sampling key; every key also feeds the instance's
-    :class:`~litehit_core.sampled_estimate.RunningReuse` when it has one. O(keys) (by
-    subtree O(keys log trunk) per trunk level)."""
+    are one batch of the instance's :class:`~litehit_core.sampled_estimate.
+    SubtreeSampler` (made on first use, numbered by ``state.total_queries``: call with
+    ``state.lock`` held, before the queries are counted): each kept whole or dropped.
+    O(keys) (by subtree O(keys log² D))."""
     if policy.sample_rate >= 1:
         return keys, offsets
     lens = np.diff(offsets)
     if policy.sample_unit == "subtree":
-        if state.trunk is None:
-            state.trunk = TrunkLearner()
-            if state.spec.infinite_hits_are_reuse:
-                state.reuse = RunningReuse(policy.sample_rate, policy.sample_seed)
-        if state.reuse is not None:
-            state.reuse.add(keys)
-        first = state.total_queries
-        positions = np.arange(first, first + len(lens), dtype=np.int64)
-        units = state.trunk.learn(offsets, keys, positions)
-        mask = np.repeat(kept(units, policy.sample_seed, policy.sample_rate), lens)
+        if state.sampler is None:
+            state.sampler = SubtreeSampler(policy.sample_rate, policy.sample_seed)
+        mask = state.sampler.keep(keys, offsets, state.total_queries)
     else:
         mask = kept(keys, policy.sample_seed, policy.sample_rate)
     query = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
