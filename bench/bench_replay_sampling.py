@@ -205,10 +205,12 @@ def main() -> int:
                         .get("mooncake", 0) for s in range(k))  # fmt: skip
             if below:
                 fine = caps >= below
+                held = sum(i for i, f in zip(inside, fine, strict=True) if f) if k > 1 else "-"
                 print(f"  not coarse (from {below // per:,} blocks, {below // per / unique:.2%} "
                       f"of U; {int(fine.sum())} of {len(caps)} capacities): seeds' max |err| "
                       f"{np.abs(errs[:, fine]).max(initial=0):.2f}, mean "
-                      f"{np.abs(errs[:, fine]).mean() if fine.any() else 0:.2f}")  # fmt: skip
+                      f"{np.abs(errs[:, fine]).mean() if fine.any() else 0:.2f}; band holds "
+                      f"{held} of them")  # fmt: skip
             worst = int(np.argmax(np.abs(errs).max(axis=0)))
             print(
                 f"  worst capacity {caps[worst] // per:,} blocks "
