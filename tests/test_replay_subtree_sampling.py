@@ -8,6 +8,7 @@ Each test names in a comment the bug it catches (each planted once, seen red, re
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -209,8 +210,9 @@ def test_estimates_whose_scaled_cache_holds_few_requests_are_flagged_coarse(
     # A configured capacity is coarse when the sample's cache there (c up to the trunk T,
     # T + R (c - T) above) holds fewer than 200 of the trace's average requests: here
     # 1000 blocks are (~300 in the sample's cache, ~11 blocks a request), 20000 are not;
-    # the text marks it and explains, --json says it per capacity. Bugs caught: the
-    # flag inverted, the threshold without the trunk, R applied the other way.
+    # the text marks it and explains, --json says it per capacity, litehit curve's table
+    # marks the rows below the threshold. Bugs caught: the flag inverted, the threshold
+    # without the trunk, R applied the other way, the table marking the wrong rows.
     rows = list(read_facts(ledger(head_first["tmp"] / "out", 0.25, 0)))
     avg = sum(r.input_token_len // 4 for r in rows) / len(rows)
     trunk = rows[-1].trunk_size
@@ -223,6 +225,14 @@ def test_estimates_whose_scaled_cache_holds_few_requests_are_flagged_coarse(
     assert lines[1].startswith("  coarse: the sample's cache holds fewer than 200")
     rates = lines[2].split("token hit rate ")[1].split("; ")
     assert rates[0].endswith(" coarse") and not rates[1].endswith(" coarse")
+    # litehit curve's table: the threshold line, and exactly the rows below it marked
+    proc = run_cli("curve", str(ledger(head_first["tmp"] / "out", 0.25, 0)), "--no-png")
+    assert proc.returncode == 0, proc.stderr
+    below = math.ceil(trunk + (200 * avg - trunk) / 0.25)
+    assert f"coarse below {below} blocks: the sample's cache holds fewer than 200" in proc.stdout
+    table = [ln.split() for ln in proc.stdout.splitlines() if ln[:14].strip()[:1].isdigit()]
+    assert len(table) > 5
+    assert all((int(row[1]) < below) == row[-1].endswith("coarse") for row in table), table
 
 
 # ------------------------------------------------------------------ the pieces

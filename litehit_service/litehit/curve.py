@@ -190,12 +190,16 @@ def table_capacities(curve: InstanceCurve, rows: int = TABLE_ROWS) -> list[int]:
 
 
 def format_table(
-    curves: Sequence[InstanceCurve], rows: int = TABLE_ROWS, sample: LedgerSample | None = None
+    curves: Sequence[InstanceCurve],
+    rows: int = TABLE_ROWS,
+    sample: LedgerSample | None = None,
+    coarse: dict[str, int] | None = None,
 ) -> str:
     """The stdout table: per instance a header, ~``rows`` log-spaced capacities and the
     marked points (merged in capacity order). Capacities show in GiB and in the curve's
     unit (blocks, or bytes for hybrid instances). A ``sample``'s curves are estimates: a
-    first line says so (:func:`sample_label`) and every hit rate shows ``≈``.
+    first line says so (:func:`sample_label`) and every hit rate shows ``≈``; capacities
+    below an instance's ``coarse`` threshold (:func:`sampled_curves`) are marked coarse.
     O(instances x (rows + marks) x log B)."""
     out: list[str] = []
     approx = "≈" if sample is not None else ""
@@ -214,6 +218,12 @@ def format_table(
             f"theoretical max (infinite capacity): hit rate {approx}{cur.infinite_hit_rate:.6f} "
             f"({inf} hit tokens), first reached at {sat} {unit} = {cur.capacity_gb(sat):.6g} GiB"
         )
+        below = (coarse or {}).get(cur.instance_id, 0)
+        if below:
+            out.append(
+                f"coarse below {below} {unit}: the sample's cache holds fewer than 200 of "
+                "the trace's average requests there, where the estimate reads low"
+            )
         labels: dict[int, list[str]] = {c: [] for c in table_capacities(cur, rows)}
         for m in cur.marks():
             labels.setdefault(m.capacity, []).append(f"{m.percent}%")
@@ -227,6 +237,8 @@ def format_table(
             mark = ", ".join(tags) + " of max" if tags else ""
             if capacity == sat and inf:
                 mark = f"{mark}; max" if mark else "max"
+            if capacity < below:
+                mark = f"{mark}; coarse" if mark else "coarse"
             out.append(
                 f"{cur.capacity_gb(capacity):>14.6g} {capacity:>15} "
                 f"{approx + format(cur.rate(hits), '.6f'):>9} "
@@ -313,10 +325,14 @@ def run_curve(
     counter = [0]
     sample = read_sample(facts_path)
 
+    coarse: dict[str, int] = {}
+
     def build() -> list[InstanceCurve]:
-        return ledger_curves(
+        _, curves, below = sampled_curves(
             facts_path, instance_id, max_line_bytes=max_line_bytes, counter=counter
-        )[1]
+        )
+        coarse.update(below)
+        return curves
 
     trace = trace_name(facts_path)
     label = f" ({sample_label(sample)})" if sample is not None else ""
@@ -331,7 +347,7 @@ def run_curve(
     )
     return CurveRun(
         curves,
-        format_table(curves, sample=sample),
+        format_table(curves, sample=sample, coarse=coarse),
         counter[0],
         time.perf_counter() - started,
         outputs,
