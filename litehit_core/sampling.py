@@ -33,6 +33,7 @@ __all__ = [
     "TrunkLearner",
     "kept",
     "salt",
+    "sample_dir",
     "sampling_keys",
     "sampling_units",
     "scaled_bytes",
@@ -174,6 +175,13 @@ class TrunkLearner:
     def members(self, keys: np.ndarray) -> np.ndarray:
         """Per key whether it is in the trunk. O(keys log trunk)."""
         return _member(keys, self.trunk)
+
+
+def sample_dir(rate: float, seed: int) -> str:
+    """The folder, in a command's output folder, of seed ``seed``'s outputs at ``rate``:
+    ``sample-r{rate:g}-seed{seed}`` (``replay``'s ledgers, ``optimize``'s tables), so no
+    reader of the exact outputs finds an estimate there. O(1)."""
+    return f"sample-r{rate:g}-seed{seed}"
 
 
 def scaled_bytes(quota: int, trunk_bytes: int, rate: float) -> int:

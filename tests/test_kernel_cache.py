@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-
-from litehit_core.kernel_cache import STAMP_FILE, drop_stale_kernels, ensure_cache_location
+from litehit_core.kernel_cache import STAMP_FILE, drop_stale_kernels
 
 
 def _package(root: Path) -> Path:
@@ -54,58 +53,83 @@ def test_a_change_in_any_source_drops_every_cached_kernel(tmp_path: Path) -> Non
 
 # -------------------------------------------- a cache location when numba would have none
 
+KERNEL = "from numba import njit\n\n@njit(cache=True)\ndef bump(x):\n    return x + 1\n"
+
 
 def unwritable(tmp_path: Path, name: str) -> Path:
-    """A folder nobody can create, root included: its parent is a regular file."""
+    """A folder path no one can create, root included: a regular file is in its way."""
     blocker = tmp_path / f"{name}-is-a-file"
     blocker.write_text("")
     return blocker / name
 
 
-@pytest.fixture
-def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No NUMBA_CACHE_DIR, a user cache numba cannot create, the temporary directory in
-    tmp_path; numba's config restored afterwards."""
-    import numba.core.config
-
-    # set (to empty: "unset" for the code) so that monkeypatch restores the variable the
-    # code under test writes: a leaked NUMBA_CACHE_DIR would send every later subprocess
-    # of the run to a cold cache (compiling kernels, growing a server's RSS)
-    monkeypatch.setenv("NUMBA_CACHE_DIR", "")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(unwritable(tmp_path, "cache")))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(numba.core.config, "CACHE_DIR", numba.core.config.CACHE_DIR)
-    return unwritable(tmp_path, "site-packages") / "litehit_core"
-
-
-def test_a_read_only_install_without_a_home_caches_in_a_private_folder(nowhere, tmp_path):
-    """Catches: numba left with no writable place (every module with a kernel then fails
-    to import: "cannot cache function"), a folder open to other users, numba's already
-    loaded configuration not told."""
-    import numba.core.config
-
-    folder = ensure_cache_location(nowhere)
-    assert folder == str(tmp_path / f"litehit-numba-cache-{os.getuid()}")
-    assert os.environ["NUMBA_CACHE_DIR"] == folder == numba.core.config.CACHE_DIR
-    assert stat.S_IMODE(Path(folder).stat().st_mode) == 0o700
+def run_kernel(
+    tmp_path: Path, *, pycache: bool, cache_dir: str, user_cache: str, litehit: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter importing a module with a ``cache=True`` kernel and calling it,
+    after ``import litehit_core`` (``litehit``); the module's ``__pycache__`` creatable
+    or not (``pycache``), ``NUMBA_CACHE_DIR`` and ``XDG_CACHE_HOME`` as given, the
+    temporary directory ``tmp_path / "tmp"``."""
+    mod = tmp_path / "mod"
+    mod.mkdir(exist_ok=True)
+    (mod / "kmod.py").write_text(KERNEL)
+    if not pycache:
+        (mod / "__pycache__").write_text("")  # a file where numba's in-tree folder goes
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "HOME")}
+    env |= {"NUMBA_CACHE_DIR": cache_dir, "XDG_CACHE_HOME": user_cache,
+            "TMPDIR": str(tmp_path / "tmp"), "HOME": str(unwritable(tmp_path, "home")),
+            "PYTHONPATH": os.pathsep.join([str(mod), *sys.path])}  # fmt: skip
+    code = ("import litehit_core; " if litehit else "") + "import kmod; print(kmod.bump(1))"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
 
 
-def test_a_shared_folder_open_to_others_is_not_used(nowhere, tmp_path):
+def indexes(folder: Path) -> list[Path]:
+    return list(folder.rglob("*.nbi")) if folder.is_dir() else []
+
+
+def test_with_no_writable_place_numba_caches_in_a_private_folder(tmp_path: Path) -> None:
+    """numba's own three places refused (NUMBA_CACHE_DIR set but not writable, the
+    source's __pycache__, the user's cache): without litehit numba refuses the kernel;
+    after ``import litehit_core`` it caches it in this user's private folder, 0700.
+    Catches: every module with a kernel failing to import ("cannot cache function", the
+    collection of a read-only install), the old probe that trusted any NUMBA_CACHE_DIR."""
+    nowhere = {"pycache": False, "cache_dir": str(unwritable(tmp_path, "numba")),
+               "user_cache": str(unwritable(tmp_path, "cache"))}  # fmt: skip
+    bare = run_kernel(tmp_path, litehit=False, **nowhere)  # type: ignore[arg-type]
+    assert bare.returncode != 0 and "cannot cache function" in bare.stderr
+    done = run_kernel(tmp_path, **nowhere)  # type: ignore[arg-type]
+    assert done.returncode == 0 and done.stdout == "2\n", done.stderr
+    private = tmp_path / "tmp" / f"litehit-numba-cache-{os.getuid()}"
+    assert indexes(private) and stat.S_IMODE(private.stat().st_mode) == 0o700
+
+
+def test_a_shared_folder_open_to_others_is_not_used(tmp_path: Path) -> None:
     """Catches: loading machine code from a folder another user can write."""
-    taken = tmp_path / f"litehit-numba-cache-{os.getuid()}"
-    taken.mkdir()
+    taken = tmp_path / "tmp" / f"litehit-numba-cache-{os.getuid()}"
+    taken.mkdir(parents=True)
     taken.chmod(0o777)
-    folder = ensure_cache_location(nowhere)
-    assert folder is not None and Path(folder) != taken and Path(folder).parent == tmp_path
-    assert stat.S_IMODE(Path(folder).stat().st_mode) == 0o700
+    done = run_kernel(tmp_path, pycache=False, cache_dir="",
+                      user_cache=str(unwritable(tmp_path, "cache")))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not indexes(taken)
+    (used,) = [p for p in (tmp_path / "tmp").iterdir() if indexes(p)]
+    assert used.name.startswith("litehit-numba-cache-") and used != taken
+    assert stat.S_IMODE(used.stat().st_mode) == 0o700
 
 
-def test_numbas_own_places_are_left_alone(nowhere, tmp_path, monkeypatch):
-    """Catches: NUMBA_CACHE_DIR overridden, or set while the package's own __pycache__
-    (numba's default) or the user's cache is writable."""
-    assert ensure_cache_location(tmp_path / "pkg") is None  # a writable package
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
-    assert ensure_cache_location(nowhere) is None  # a writable user cache
-    monkeypatch.setenv("NUMBA_CACHE_DIR", "/chosen")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(unwritable(tmp_path, "c2")))
-    assert ensure_cache_location(nowhere) is None and os.environ["NUMBA_CACHE_DIR"] == "/chosen"
+def test_numbas_own_places_are_left_alone(tmp_path: Path) -> None:
+    """Catches: the private folder used (or created) while numba has a place of its
+    own: a writable NUMBA_CACHE_DIR, the source's __pycache__."""
+    chosen = tmp_path / "chosen"
+    done = run_kernel(tmp_path, pycache=False, cache_dir=str(chosen),
+                      user_cache=str(unwritable(tmp_path, "cache")))  # fmt: skip
+    assert done.returncode == 0 and indexes(chosen), done.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    done = run_kernel(other, pycache=True, cache_dir="",
+                      user_cache=str(unwritable(other, "cache")))  # fmt: skip
+    assert done.returncode == 0 and indexes(other / "mod" / "__pycache__"), done.stderr
+    for base in (tmp_path, other):
+        assert not (base / "tmp" / f"litehit-numba-cache-{os.getuid()}").exists()

@@ -76,6 +76,7 @@ from litehit_core.engine import (
 )
 from litehit_core.facts import LedgerSample
 from litehit_core.lines import DEFAULT_MAX_LINE_BYTES, check_max_line_bytes
+from litehit_core.sampling import sample_dir
 from litehit_service.config_files import raise_config_errors
 from litehit_service.errors import OptimizerError
 from litehit_service.litehit.config import ReplayConfig, check_config
@@ -306,12 +307,6 @@ def run_replay(
         instance_summaries=tuple(summaries),
         sampled=estimates,
     )
-
-
-def sample_dir(rate: float, seed: int) -> str:
-    """The folder of one seed's sampled ledger in the output folder:
-    ``sample-r{rate:g}-seed{seed}`` (as ``optimize --sample-rate`` names its seeds')."""
-    return f"sample-r{rate:g}-seed{seed}"
 
 
 def sampling_unit(models: dict[str, str]) -> str:

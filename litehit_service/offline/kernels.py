@@ -7,7 +7,8 @@ the moment the compile starts, and keeps out of its speed.
   ``numba:compile`` event: only a cache miss compiles, a cache hit is a load and says
   nothing), one notice goes to stderr naming the family, about how long it takes, and
   ``litehit warm-up``; the run line then says how long the compiles took. It imports nothing: if
-  numba is not loaded yet, it waits for numba's import (a one-shot import hook) and
+  numba is not loaded yet, it waits for numba's import
+  (:func:`~litehit_core.kernel_cache.after_numba`) and
   listens from then on, so a command that never needs numba never loads it.
   :func:`compiled_seconds` is the time spent compiling so far, which a command's run line
   names apart (:func:`~litehit_service.offline.outputs.run_line`).
@@ -23,12 +24,12 @@ Cost: nothing per kernel call; one event per compiled function while compiling.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
 import threading
 import time
 from typing import Any, TextIO
+
+from litehit_core.kernel_cache import after_numba
 
 __all__ = [
     "CompileWatch",
@@ -106,51 +107,6 @@ def _register() -> None:
     event.register("numba:compile", _WATCH.listener())
 
 
-_AFTER_NUMBA: list[Any] = []
-"""What runs once numba is imported (:func:`_after_numba`)."""
-
-
-def _after_numba(callback: Any) -> None:
-    """Run ``callback()`` now if numba is loaded, else right after its import (one
-    one-shot import hook for every callback)."""
-    if "numba" in sys.modules:
-        callback()
-        return
-    if not _AFTER_NUMBA:
-        sys.meta_path.insert(0, _AfterNumbaImport())
-    _AFTER_NUMBA.append(callback)
-
-
-class _AfterNumbaImport(importlib.abc.MetaPathFinder):
-    """A one-shot import hook: numba's own loader, then the callbacks of
-    :func:`_after_numba`."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "numba":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        real = spec.loader
-
-        class Loader(importlib.abc.Loader):
-            def create_module(self, spec: Any) -> Any:
-                return real.create_module(spec)
-
-            def exec_module(self, module: Any) -> None:
-                real.exec_module(module)
-                for callback in _AFTER_NUMBA:
-                    callback()
-                _AFTER_NUMBA.clear()
-
-            def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader...
-                return getattr(real, name)
-
-        spec.loader = Loader()
-        return spec
-
-
 def watch_compiles(stream: TextIO | None = None) -> None:
     """Announce every compile of this process on ``stream`` (stderr; module docstring).
     Idempotent. O(1)."""
@@ -158,7 +114,7 @@ def watch_compiles(stream: TextIO | None = None) -> None:
     if _WATCH.registered:
         return
     _WATCH.registered = True
-    _after_numba(_register)
+    after_numba(_register)
 
 
 def single_threaded_refcounts() -> None:
@@ -174,7 +130,7 @@ def single_threaded_refcounts() -> None:
     (``nrtdynmod._disable_atomicity``) returns the old count, so a count reaching 0 never
     frees: memory leaks (it doubled ``optimize``'s peak RSS); it is not used. A numba
     whose runtime is laid out differently keeps atomic counts. O(1)."""
-    _after_numba(_plain_refcounts)
+    after_numba(_plain_refcounts)
 
 
 def _plain_refcounts() -> None:

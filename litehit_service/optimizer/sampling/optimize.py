@@ -5,12 +5,13 @@ scaled for its sample (:func:`~.scale.scaled_config`), K replays at once over
 ``workers`` forked processes (:class:`~litehit_service.offline.pool.TracePool`: the
 sampled trace is inherited, not pickled). Each seed's per-read tables go, in the
 reference's format unchanged, into their own folder ``sample-r{R}-seed{k}/`` of the
-output folder (:func:`seed_dir`), so no reader of ``{instance_id}_hit_rates.csv`` in the
-output folder mistakes an estimate for an exact replay; at R = 1 a seed's tables are the
-exact replay's, byte for byte. The summary says the numbers are estimates (``≈``, the band
-over the seeds; ``--json``: ``sample_rate``, ``sample_seeds``, ``hit_rate_low``,
-``hit_rate_high``). Each seed's estimate is corrected by the trace's reuse and has its
-own variance (:mod:`.estimate`). Cost: K replays of ~R of the trace each.
+output folder (:func:`~litehit_core.sampling.sample_dir`), so no reader of
+``{instance_id}_hit_rates.csv`` in the output folder mistakes an estimate for an exact
+replay; at R = 1 a seed's tables are the exact replay's, byte for byte. The summary says
+the numbers are estimates (``≈``, the band over the seeds; ``--json``: ``sample_rate``,
+``sample_seeds``, ``hit_rate_low``, ``hit_rate_high``). Each seed's estimate is corrected
+by the trace's reuse and has its own variance (:mod:`.estimate`). Cost: K replays of ~R
+of the trace each.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from litehit_core.sampling import MIN_CACHE_REQUESTS
+from litehit_core.sampling import MIN_CACHE_REQUESTS, sample_dir
 from litehit_service.offline.pool import TracePool
 from litehit_service.optimizer.optimize.config import OptimizeConfig
 from litehit_service.optimizer.optimize.outputs import write_outputs
@@ -46,14 +47,8 @@ __all__ = [
     "run_sampled",
     "sampled_json",
     "sampled_text",
-    "seed_dir",
     "write_sampled",
 ]
-
-
-def seed_dir(rate: float, seed: int) -> str:
-    """The folder of one seed's tables: ``sample-r{rate:g}-seed{seed}``."""
-    return f"sample-r{rate:g}-seed{seed}"
 
 
 def replay_seed(task: SeedTask, sample: SeedSample) -> OptimizeResult:
@@ -102,10 +97,11 @@ def run_sampled(config: OptimizeConfig, sampled: SampledTrace, *, workers: int) 
 
 
 def write_sampled(run: SampledOptimize, out_dir: str, output_format: str = "csv") -> list[str]:
-    """Each seed's per-read tables into its :func:`seed_dir`; the paths written."""
+    """Each seed's per-read tables into its :func:`~litehit_core.sampling.sample_dir`;
+    the paths written."""
     written: list[str] = []
     for k, result in enumerate(run.results):
-        folder = os.path.join(out_dir, seed_dir(run.sampled.options.rate, k))
+        folder = os.path.join(out_dir, sample_dir(run.sampled.options.rate, k))
         written += write_outputs(result, folder, draw_chart=False, output_format=output_format)
     return written
 
@@ -150,6 +146,7 @@ def sampled_json(run: SampledOptimize, extra: dict[str, object] | None = None) -
     instances = []
     for index, r in enumerate(run.results[0].instances):
         est = run.estimate(index)
+        held = run.cache_requests(index)
         instances.append(
             {
                 "instance_id": r.instance_id,
@@ -174,8 +171,8 @@ def sampled_json(run: SampledOptimize, extra: dict[str, object] | None = None) -
                     }
                     for k, name in enumerate(r.tier_names)
                 ],  # fmt: skip
-                "scaled_cache_requests": run.cache_requests(index),
-                "coarse": coarse(run.cache_requests(index)),
+                "scaled_cache_requests": held,
+                "coarse": coarse(held),
                 "sampled_capacity_blocks": [
                     x.instances[index].capacity_blocks for x in run.results
                 ],  # fmt: skip
@@ -188,7 +185,7 @@ def sampled_json(run: SampledOptimize, extra: dict[str, object] | None = None) -
         "trunk_blocks": len(s.trunk),
         "trunk_bytes_per_seed": [list(t) for t in run.trunk_bytes],
         "instances": instances,
-        "seed_dirs": [seed_dir(s.options.rate, k) for k in range(s.options.seeds)],
+        "seed_dirs": [sample_dir(s.options.rate, k) for k in range(s.options.seeds)],
     }
     data.update(extra or {})
     return json.dumps(data, indent=2)
